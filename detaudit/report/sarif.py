@@ -1,0 +1,88 @@
+"""SARIF 2.1.0 output, written once for static and dynamic findings."""
+
+from __future__ import annotations
+
+from typing import Iterable, Protocol, Sequence
+
+from detaudit import __version__
+from detaudit.findings import Finding, Severity
+
+SARIF_SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
+_LEVELS = {Severity.ERROR: "error", Severity.WARNING: "warning", Severity.INFO: "note"}
+INFORMATION_URI = "https://github.com/detaudit/detaudit"
+
+
+class RuleMetadata(Protocol):
+    code: str
+    name: str
+    severity: Severity
+    summary: str
+    fix_hint: str
+
+
+def to_sarif(findings: Sequence[Finding], rules: Iterable[RuleMetadata]) -> dict:
+    """One SARIF run; every rule that appears in ``findings`` is described once
+    (GitHub rejects uploads with duplicate rule ids)."""
+    used = {f.code for f in findings}
+    descriptors = []
+    index_of: dict[str, int] = {}
+    for rule in sorted(rules, key=lambda r: r.code):
+        if rule.code not in used or rule.code in index_of:
+            continue
+        index_of[rule.code] = len(descriptors)
+        descriptors.append(
+            {
+                "id": rule.code,
+                "name": rule.name,
+                "shortDescription": {"text": rule.summary},
+                "help": {"text": rule.fix_hint or rule.summary},
+                "defaultConfiguration": {"level": _LEVELS[rule.severity]},
+            }
+        )
+    results = []
+    for finding in findings:
+        region = {"startLine": max(finding.line, 1), "startColumn": max(finding.column, 1)}
+        if finding.end_line:
+            region["endLine"] = finding.end_line
+            region["endColumn"] = max(finding.end_column, 1)
+        result = {
+            "ruleId": finding.code,
+            "level": _LEVELS[finding.severity],
+            "message": {"text": _message(finding)},
+            "locations": [
+                {
+                    "physicalLocation": {
+                        "artifactLocation": {"uri": finding.path.replace("\\", "/")},
+                        "region": region,
+                    }
+                }
+            ],
+        }
+        if finding.code in index_of:
+            result["ruleIndex"] = index_of[finding.code]
+        if finding.cell is not None:
+            result["properties"] = {"notebookCell": finding.cell}
+        results.append(result)
+    return {
+        "$schema": SARIF_SCHEMA,
+        "version": "2.1.0",
+        "runs": [
+            {
+                "tool": {
+                    "driver": {
+                        "name": "detaudit",
+                        "version": __version__,
+                        "informationUri": INFORMATION_URI,
+                        "rules": descriptors,
+                    }
+                },
+                "results": results,
+            }
+        ],
+    }
+
+
+def _message(finding: Finding) -> str:
+    prefix = f"cell {finding.cell}: " if finding.cell is not None else ""
+    hint = f" Fix: {finding.fix_hint}" if finding.fix_hint else ""
+    return f"{prefix}{finding.name}: {finding.message}{hint}"
