@@ -1,0 +1,186 @@
+"""The determinism fingerprint of the current process.
+
+``fingerprint()`` reads every setting that decides whether this process
+computes the same bits as another one: versions, devices, torch's determinism
+switches, the TF32/fp32-precision tree, thread counts and the environment
+variables that matter.  The dynamic pass stores it in its run report (so two
+runs can be compared setting by setting) and ``detaudit.status()`` renders it.
+
+Reading the fingerprint changes nothing:
+
+* CUDA is never initialised just to read flags.  Device names and capabilities
+  need an initialised CUDA context, so they are read only when the process
+  already initialised CUDA (or when the caller passes ``initialize_cuda=True``).
+  Initialising CUDA as a side effect would break a later ``fork`` and would
+  make ``CUBLAS_WORKSPACE_CONFIG`` too late to set on older torch.
+* ``torch._inductor`` is read only when it is already imported (importing it
+  costs about a second); its defaults come from the ``TORCHINDUCTOR_*``
+  environment variables, which are always recorded.
+
+The result is a flat ``dict`` whose keys are the dotted names users know
+(``"torch.backends.cudnn.benchmark"``, ``"env.PYTHONHASHSEED"``), so two
+fingerprints diff key by key and serialise to JSON as they are.  Values are
+``bool``/``int``/``str``/``list``/``None`` (``None``: unset environment
+variable).  A setting this torch does not have is left out; a getter that
+raises is recorded as the string ``"error: <ExceptionType>: <message>"``.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import sys
+from typing import Any, Callable
+
+# Environment variables recorded whether set or not (None when unset), so that
+# "set in one run, unset in the other" shows up in a diff.
+DETERMINISM_ENV_VARS = (
+    "PYTHONHASHSEED",
+    "CUBLAS_WORKSPACE_CONFIG",
+    "CUDA_LAUNCH_BLOCKING",
+    "NCCL_ALGO",
+    "NCCL_PROTO",
+    "OMP_NUM_THREADS",
+    "MKL_NUM_THREADS",
+)
+# Every variable with one of these prefixes is recorded when set.
+DETERMINISM_ENV_PREFIXES = ("TORCHINDUCTOR_",)
+
+ERROR_PREFIX = "error: "
+_MAX_ERROR_CHARS = 160
+
+
+def fingerprint(*, initialize_cuda: bool = False) -> dict[str, Any]:
+    """The determinism-relevant state of this process, as a flat dict.
+
+    ``initialize_cuda=True`` allows initialising CUDA to read device names;
+    by default CUDA is left exactly as it was (see the module docstring).
+    """
+    result: dict[str, Any] = {
+        "python.version": platform.python_version(),
+        "platform": platform.platform(),
+    }
+    try:
+        import torch
+    except ImportError:
+        result["torch.version"] = None
+    else:
+        result.update(_torch_readings(torch, initialize_cuda=initialize_cuda))
+    numpy = sys.modules.get("numpy")
+    if numpy is None:
+        try:
+            import numpy
+        except ImportError:
+            numpy = None
+    result["numpy.version"] = getattr(numpy, "__version__", None)
+    result.update(environment_variables())
+    return result
+
+
+def environment_variables() -> dict[str, str | None]:
+    """``env.NAME`` for the recorded variables (see DETERMINISM_ENV_VARS)."""
+    names = list(DETERMINISM_ENV_VARS)
+    names += sorted(n for n in os.environ if n.startswith(DETERMINISM_ENV_PREFIXES))
+    return {f"env.{name}": os.environ.get(name) for name in names}
+
+
+def is_error(value: Any) -> bool:
+    """True for the marker of a getter that raised (see the module docstring)."""
+    return isinstance(value, str) and value.startswith(ERROR_PREFIX)
+
+
+def _read(getter: Callable[[], Any]) -> Any:
+    """Run one getter; AttributeError means "this torch has no such setting"."""
+    try:
+        return getter()
+    except AttributeError:
+        return _ABSENT
+    except Exception as error:  # torch raises RuntimeError when TF32 APIs were mixed
+        message = " ".join(str(error).split())
+        if len(message) > _MAX_ERROR_CHARS:
+            message = message[: _MAX_ERROR_CHARS - 3] + "..."
+        return f"{ERROR_PREFIX}{type(error).__name__}: {message}"
+
+
+_ABSENT = object()
+
+
+def _torch_readings(torch: Any, *, initialize_cuda: bool) -> dict[str, Any]:
+    backends = torch.backends
+    readings: list[tuple[str, Callable[[], Any]]] = [
+        ("torch.version", lambda: torch.__version__),
+        ("torch.version.cuda", lambda: torch.version.cuda),
+        ("torch.version.hip", lambda: torch.version.hip),
+        ("torch.backends.cudnn.version", lambda: backends.cudnn.version()),
+        ("torch.cuda.is_available", lambda: torch.cuda.is_available()),
+        ("torch.cuda.is_initialized", lambda: torch.cuda.is_initialized()),
+        ("torch.cuda.device_count", lambda: torch.cuda.device_count()),
+        ("torch.cuda.devices", lambda: _cuda_devices(torch, initialize_cuda)),
+        ("torch.are_deterministic_algorithms_enabled", torch.are_deterministic_algorithms_enabled),
+        (
+            "torch.is_deterministic_algorithms_warn_only_enabled",
+            torch.is_deterministic_algorithms_warn_only_enabled,
+        ),
+        (
+            "torch.utils.deterministic.fill_uninitialized_memory",
+            lambda: _fill_uninitialized_memory(torch),
+        ),
+        ("torch.backends.cudnn.enabled", lambda: backends.cudnn.enabled),
+        ("torch.backends.cudnn.deterministic", lambda: backends.cudnn.deterministic),
+        ("torch.backends.cudnn.benchmark", lambda: backends.cudnn.benchmark),
+        # The fp32_precision tree (torch >= 2.9) is read before the legacy TF32
+        # getters: those raise once code mixed the two APIs, the new ones never do.
+        ("torch.backends.fp32_precision", lambda: backends.fp32_precision),
+        ("torch.backends.cuda.matmul.fp32_precision", lambda: backends.cuda.matmul.fp32_precision),
+        ("torch.backends.cudnn.fp32_precision", lambda: backends.cudnn.fp32_precision),
+        ("torch.backends.cudnn.conv.fp32_precision", lambda: backends.cudnn.conv.fp32_precision),
+        ("torch.backends.cudnn.rnn.fp32_precision", lambda: backends.cudnn.rnn.fp32_precision),
+        ("torch.backends.mkldnn.fp32_precision", lambda: backends.mkldnn.fp32_precision),
+        ("torch.backends.mkldnn.matmul.fp32_precision", lambda: backends.mkldnn.matmul.fp32_precision),
+        ("torch.backends.mkldnn.conv.fp32_precision", lambda: backends.mkldnn.conv.fp32_precision),
+        ("torch.backends.mkldnn.rnn.fp32_precision", lambda: backends.mkldnn.rnn.fp32_precision),
+        ("torch.backends.cuda.matmul.allow_tf32", lambda: backends.cuda.matmul.allow_tf32),
+        ("torch.get_float32_matmul_precision", torch.get_float32_matmul_precision),
+        ("torch.backends.cudnn.allow_tf32", lambda: backends.cudnn.allow_tf32),
+        (
+            "torch.backends.cuda.matmul.allow_fp16_reduced_precision_reduction",
+            lambda: backends.cuda.matmul.allow_fp16_reduced_precision_reduction,
+        ),
+        (
+            "torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction",
+            lambda: backends.cuda.matmul.allow_bf16_reduced_precision_reduction,
+        ),
+        ("torch._inductor.config.deterministic", lambda: _inductor_config().deterministic),
+        ("torch._inductor.config.batch_invariant", lambda: _inductor_config().batch_invariant),
+        ("torch.get_num_threads", torch.get_num_threads),
+        ("torch.get_num_interop_threads", torch.get_num_interop_threads),
+    ]
+    result = {}
+    for key, getter in readings:
+        value = _read(getter)
+        if value is not _ABSENT:
+            result[key] = value
+    return result
+
+
+def _cuda_devices(torch: Any, initialize_cuda: bool) -> list[str]:
+    if not (torch.cuda.is_initialized() or (initialize_cuda and torch.cuda.is_available())):
+        raise AttributeError("device names need an initialised CUDA context")
+    devices = []
+    for index in range(torch.cuda.device_count()):
+        major, minor = torch.cuda.get_device_capability(index)
+        devices.append(f"{torch.cuda.get_device_name(index)} (sm_{major}{minor})")
+    return devices
+
+
+def _fill_uninitialized_memory(torch: Any) -> bool:
+    import torch.utils.deterministic  # a submodule torch does not import eagerly everywhere
+
+    return torch.utils.deterministic.fill_uninitialized_memory
+
+
+def _inductor_config() -> Any:
+    config = sys.modules.get("torch._inductor.config")
+    if config is None:
+        raise AttributeError("torch._inductor is not imported (its TORCHINDUCTOR_* env vars are recorded)")
+    return config
