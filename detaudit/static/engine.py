@@ -1,0 +1,230 @@
+"""Checking one file: pre-filter, parse, one shared walk, positions, suppressions.
+
+Speed matters (a pre-commit hook runs this on every commit), so the engine
+- skips files whose text cannot matter before importing or running libcst,
+- walks each tree once: the fact collector and every rule with visitor methods
+  share a batched walk, and most rules only read the collected facts,
+- resolves names with its own import table (``names.py``), and
+- computes source positions (libcst's PositionProvider costs about twice the
+  parse) only for files that have findings.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Iterable
+
+from detaudit.findings import Finding
+from detaudit.static.sources import SourceUnit, UnreadableSource, read_source
+
+if TYPE_CHECKING:
+    import libcst as cst
+
+    from detaudit.static.facts import FileFacts
+    from detaudit.static.rule import Rule, RuleHit
+
+#: A file that mentions none of these cannot hold a finding of any rule.
+RELEVANT_SUBSTRINGS = ("torch", "numpy", "random", "tensorflow", "keras", "jax")
+
+PARSE_ERROR_CODE = "DET000"
+
+_SUPPRESSION = re.compile(
+    r"#\s*detaudit:\s*ignore(?:\[(?P<rules>[^\]]*)\])?(?:\s*--\s*(?P<reason>.*))?", re.IGNORECASE
+)
+_NOQA = re.compile(r"#\s*noqa:\s*(?P<codes>[A-Z]+[0-9]+(?:[\s,]+[A-Z]+[0-9]+)*)", re.IGNORECASE)
+
+
+@dataclass
+class FileResult:
+    """Everything a check of one file produced; cached by content hash."""
+
+    path: str  # display path
+    findings: list[Finding] = field(default_factory=list)
+    suppressed: list[Finding] = field(default_factory=list)
+    messages: list[str] = field(default_factory=list)  # one-line notes (unknown rule in a comment, ...)
+    #: other files whose content the result depends on (project-local imports): path -> content hash
+    dependencies: dict[str, str] = field(default_factory=dict)
+    parsed: bool = False
+
+
+@dataclass
+class FileContext:
+    """What a rule sees of the file it checks."""
+
+    path: Path
+    display_path: str
+    source: SourceUnit
+    module: "cst.Module"
+    facts: "FileFacts"
+    project_root: Path
+    hits: list["RuleHit"] = field(default_factory=list)
+    dependencies: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def project(self):
+        """The project index (what project-local helpers seed), shared per process."""
+        from detaudit.static.project import project_index
+
+        return project_index(self.project_root)
+
+
+def might_matter(text: str) -> bool:
+    return any(s in text for s in RELEVANT_SUBSTRINGS)
+
+
+def check_source(
+    text: str,
+    path: Path | str = "<snippet>.py",
+    *,
+    rules: Iterable[type["Rule"]] | None = None,
+    project_root: Path | None = None,
+) -> FileResult:
+    """Check Python ``text`` as if it were the file ``path`` (used by tests and examples)."""
+    path = Path(path)
+    return _check_unit(SourceUnit(text), path, str(path), project_root or path.parent, rules)
+
+
+def check_file(path: Path, display_path: str, project_root: Path, data: bytes | None = None) -> FileResult:
+    """Check one file on disk; never raises for a bad file."""
+    try:
+        if data is None:
+            data = path.read_bytes()
+        unit = read_source(path, data)
+    except OSError as error:
+        return _unreadable(display_path, f"cannot read: {error.strerror or error}")
+    except UnreadableSource as error:
+        return _unreadable(display_path, str(error))
+    return _check_unit(unit, path, display_path, project_root, None)
+
+
+def _unreadable(display_path: str, reason: str) -> FileResult:
+    from detaudit.static.rules.parse_error import ParseError
+
+    return FileResult(display_path, findings=[ParseError.finding(display_path, reason)])
+
+
+def _check_unit(
+    unit: SourceUnit,
+    path: Path,
+    display_path: str,
+    project_root: Path,
+    rules: Iterable[type["Rule"]] | None,
+) -> FileResult:
+    result = FileResult(display_path)
+    if not might_matter(unit.text):
+        return result
+
+    import libcst as cst
+
+    from detaudit.static.facts import FactCollector, FileFacts
+    from detaudit.static.rule import all_rules
+    from detaudit.static.rules.parse_error import ParseError
+
+    try:
+        module = cst.parse_module(unit.text)
+    except cst.ParserSyntaxError as error:
+        message, line, column = _syntax_error_location(unit.text, error)
+        cell, line = unit.locate(line)
+        result.findings.append(ParseError.finding(display_path, message, line, column, cell))
+        return result
+    except (RecursionError, MemoryError, ValueError) as error:
+        result.findings.append(ParseError.finding(display_path, f"cannot parse: {type(error).__name__}"))
+        return result
+    result.parsed = True
+
+    facts = FileFacts()
+    context = FileContext(path, display_path, unit, module, facts, project_root)
+    instances = [rule(context) for rule in (rules if rules is not None else all_rules())]
+    walkers = [FactCollector(facts, module), *(r for r in instances if r.has_visitors())]
+    try:
+        cst.visit_batched(module, walkers)
+        for rule in instances:
+            rule.finish()
+    except RecursionError:
+        result.messages.append(f"{display_path}: too deeply nested to analyse; skipped")
+        return result
+    result.dependencies = context.dependencies
+    if context.hits:
+        _collect_findings(context, result)
+    return result
+
+
+def _syntax_error_location(text: str, error: "cst.ParserSyntaxError") -> tuple[str, int, int]:
+    """Python's own compiler names the line of a syntax error more precisely than
+    libcst's parser; it runs only on files that already failed to parse."""
+    try:
+        compile(text, "<checked file>", "exec", dont_inherit=True, flags=0x400)  # ast.PyCF_ONLY_AST
+    except SyntaxError as python_error:
+        return f"syntax error: {python_error.msg}", python_error.lineno or 1, python_error.offset or 1
+    except (ValueError, RecursionError, MemoryError):
+        pass
+    return f"syntax error: {error.message}", error.raw_line, error.raw_column + 1
+
+
+def _collect_findings(context: FileContext, result: FileResult) -> None:
+    from libcst.metadata import MetadataWrapper, PositionProvider
+
+    positions = MetadataWrapper(context.module, unsafe_skip_copy=True).resolve(PositionProvider)
+    lines = context.source.text.splitlines()
+    seen: set[tuple] = set()
+    for hit in context.hits:
+        span = positions[hit.node]
+        cell, line = context.source.locate(span.start.line)
+        _, end_line = context.source.locate(span.end.line)
+        finding = Finding(
+            code=hit.rule.code,
+            name=hit.rule.name,
+            severity=hit.rule.severity,
+            message=hit.message,
+            path=context.display_path,
+            line=line,
+            column=span.start.column + 1,
+            end_line=end_line,
+            end_column=span.end.column + 1,
+            fix_hint=hit.rule.fix_hint,
+            cell=cell,
+        )
+        if finding in seen:
+            continue
+        seen.add(finding)
+        source_line = lines[span.start.line - 1] if span.start.line <= len(lines) else ""
+        suppression = suppression_for(finding, source_line, result.messages)
+        if suppression is None:
+            result.findings.append(finding)
+        else:
+            result.suppressed.append(_with_reason(finding, suppression))
+    result.findings.sort(key=Finding.sort_key)
+
+
+def _with_reason(finding: Finding, reason: str) -> Finding:
+    from dataclasses import replace
+
+    return replace(finding, suppressed_reason=reason)
+
+
+def suppression_for(finding: Finding, source_line: str, messages: list[str]) -> str | None:
+    """The suppression reason ("" when none given) if ``source_line`` suppresses
+    ``finding``, else None.  Unknown rule names become a message, not an error."""
+    from detaudit.static.rule import find_rule
+
+    if "#" not in source_line:
+        return None
+    match = _SUPPRESSION.search(source_line)
+    if match is not None:
+        reason = (match.group("reason") or "").strip()
+        if match.group("rules") is None:
+            return reason
+        for selector in filter(None, (s.strip() for s in match.group("rules").split(","))):
+            rule = find_rule(selector)
+            if rule is None:
+                messages.append(f"{finding.location}: unknown rule {selector!r} in a detaudit: ignore comment")
+            elif rule.code == finding.code:
+                return reason
+    match = _NOQA.search(source_line)
+    if match is not None:
+        codes = {c.upper() for c in re.split(r"[\s,]+", match.group("codes"))}
+        if finding.code in codes:
+            return ""
+    return None

@@ -1,0 +1,57 @@
+"""Reading checked files: bytes to text, with every way that can fail named.
+
+A ``SourceUnit`` is the Python text the engine parses.  For notebooks it is the
+code cells joined in order, with a map back to (cell, line in cell).
+"""
+
+from __future__ import annotations
+
+import io
+import tokenize
+from dataclasses import dataclass
+from pathlib import Path
+
+#: Larger files are skipped with a message: they are generated, not training code,
+#: and parsing them would dominate a check.
+MAX_FILE_BYTES = 2 * 1024 * 1024
+
+
+class UnreadableSource(Exception):
+    """The file cannot be checked; the message is one line for the user."""
+
+
+@dataclass(frozen=True)
+class SourceUnit:
+    text: str
+    #: for notebooks: joined-text line (1-based) -> (cell number, line in cell), else None
+    cell_lines: tuple[tuple[int, int], ...] | None = None
+
+    def locate(self, line: int) -> tuple[int | None, int]:
+        """(cell, line) for a line of ``text``: cell is None for plain files."""
+        if self.cell_lines is None or not 1 <= line <= len(self.cell_lines):
+            return None, line
+        return self.cell_lines[line - 1]
+
+
+def decode_python(data: bytes) -> str:
+    if b"\x00" in data:
+        raise UnreadableSource("binary file (contains NUL bytes), not Python source")
+    try:
+        encoding, _ = tokenize.detect_encoding(io.BytesIO(data).readline)
+        return data.decode(encoding)
+    except (SyntaxError, LookupError) as error:
+        raise UnreadableSource(f"cannot decode: {error}") from None
+    except UnicodeDecodeError as error:
+        raise UnreadableSource(
+            f"not valid {error.encoding} (byte {error.start}); save it as UTF-8 or declare its encoding"
+        ) from None
+
+
+def read_source(path: Path, data: bytes) -> SourceUnit:
+    """Decode ``data`` (the bytes of ``path``) into the text the engine parses."""
+    if len(data) > MAX_FILE_BYTES:
+        raise UnreadableSource(
+            f"skipped: {len(data) / 1024 / 1024:.1f} MiB is larger than the {MAX_FILE_BYTES // 1024 // 1024} MiB limit "
+            "for checked files (generated code?)"
+        )
+    return SourceUnit(decode_python(data))
