@@ -209,3 +209,14 @@ BACKEND_ATTRIBUTES: dict[str, frozenset[str]] = {
     "torch.backends.opt_einsum": frozenset({"enabled", "strategy", "is_available", "get_opt_einsum", "flags", "set_flags"}),
     "torch.backends.nnpack": frozenset({"enabled", "is_available", "flags", "set_flags"}),
 }
+
+# --- version-dependent runtime requirements -------------------------------------
+
+#: ``torch.use_deterministic_algorithms(True)`` needs ``CUBLAS_WORKSPACE_CONFIG``
+#: on CUDA builds of torch older than this (it raised "... you have CUDA >= 10.2
+#: ... CUBLAS_WORKSPACE_CONFIG=:4096:8 or :16:8"). pytorch/pytorch PR #161749
+#: (landed Oct 2025, first released in 2.10) removed the check: per-handle/stream
+#: cuBLAS workspaces (PR #85447) are deterministic without it.
+CUBLAS_WORKSPACE_CONFIG_REQUIRED_BEFORE = (2, 10)
+#: The values torch's old check accepted; the first is what fixes set.
+CUBLAS_WORKSPACE_CONFIG_VALUES = (":4096:8", ":16:8")
