@@ -32,6 +32,8 @@ import platform
 import sys
 from typing import Any, Callable
 
+from detaudit.knowledge.apis import FP32_PRECISION_NAMESPACES
+
 # Environment variables recorded whether set or not (None when unset), so that
 # "set in one run, unset in the other" shows up in a diff.
 DETERMINISM_ENV_VARS = (
@@ -89,6 +91,9 @@ def is_error(value: Any) -> bool:
     return isinstance(value, str) and value.startswith(ERROR_PREFIX)
 
 
+_ABSENT = object()  # marks a setting this torch does not have
+
+
 def _read(getter: Callable[[], Any]) -> Any:
     """Run one getter; AttributeError means "this torch has no such setting"."""
     try:
@@ -101,8 +106,6 @@ def _read(getter: Callable[[], Any]) -> Any:
             message = message[: _MAX_ERROR_CHARS - 3] + "..."
         return f"{ERROR_PREFIX}{type(error).__name__}: {message}"
 
-
-_ABSENT = object()
 
 
 def _torch_readings(torch: Any, *, initialize_cuda: bool) -> dict[str, Any]:
@@ -130,15 +133,10 @@ def _torch_readings(torch: Any, *, initialize_cuda: bool) -> dict[str, Any]:
         ("torch.backends.cudnn.benchmark", lambda: backends.cudnn.benchmark),
         # The fp32_precision tree (torch >= 2.9) is read before the legacy TF32
         # getters: those raise once code mixed the two APIs, the new ones never do.
-        ("torch.backends.fp32_precision", lambda: backends.fp32_precision),
-        ("torch.backends.cuda.matmul.fp32_precision", lambda: backends.cuda.matmul.fp32_precision),
-        ("torch.backends.cudnn.fp32_precision", lambda: backends.cudnn.fp32_precision),
-        ("torch.backends.cudnn.conv.fp32_precision", lambda: backends.cudnn.conv.fp32_precision),
-        ("torch.backends.cudnn.rnn.fp32_precision", lambda: backends.cudnn.rnn.fp32_precision),
-        ("torch.backends.mkldnn.fp32_precision", lambda: backends.mkldnn.fp32_precision),
-        ("torch.backends.mkldnn.matmul.fp32_precision", lambda: backends.mkldnn.matmul.fp32_precision),
-        ("torch.backends.mkldnn.conv.fp32_precision", lambda: backends.mkldnn.conv.fp32_precision),
-        ("torch.backends.mkldnn.rnn.fp32_precision", lambda: backends.mkldnn.rnn.fp32_precision),
+        *[
+            (f"{namespace}.fp32_precision", lambda namespace=namespace: torch_attribute(torch, namespace).fp32_precision)
+            for namespace in sorted(FP32_PRECISION_NAMESPACES)  # parents before children
+        ],
         ("torch.backends.cuda.matmul.allow_tf32", lambda: backends.cuda.matmul.allow_tf32),
         ("torch.get_float32_matmul_precision", torch.get_float32_matmul_precision),
         ("torch.backends.cudnn.allow_tf32", lambda: backends.cudnn.allow_tf32),
@@ -161,6 +159,14 @@ def _torch_readings(torch: Any, *, initialize_cuda: bool) -> dict[str, Any]:
         if value is not _ABSENT:
             result[key] = value
     return result
+
+
+def torch_attribute(torch: Any, dotted_name: str) -> Any:
+    """``torch_attribute(torch, "torch.backends.cudnn.conv")`` is that object."""
+    value = torch
+    for part in dotted_name.split(".")[1:]:
+        value = getattr(value, part)
+    return value
 
 
 def _cuda_devices(torch: Any, initialize_cuda: bool) -> list[str]:
