@@ -1,0 +1,165 @@
+"""The training state at the end of a run, and how two of them differ.
+
+State is a flat ``{name: tensor}`` dict (CPU copies): parameters by name,
+their gradients (``<param>.grad``), buffers (BatchNorm running stats),
+optimizer state (``optimizer.state[<param>].exp_avg``) and the loss.  Two
+states are compared exactly, tensor by tensor.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+
+
+def module_state(name: str, module: torch.nn.Module) -> dict[str, torch.Tensor]:
+    state = {}
+    for param_name, param in module.named_parameters():
+        state[f"{name}.{param_name}"] = param
+        if param.grad is not None:
+            state[f"{name}.{param_name}.grad"] = param.grad
+    for buffer_name, buffer in module.named_buffers():
+        state[f"{name}.{buffer_name}"] = buffer
+    return state
+
+
+def optimizer_state(optimizer: torch.optim.Optimizer, param_names: dict[int, str]) -> dict[str, torch.Tensor]:
+    state = {}
+    for param, per_param in optimizer.state.items():
+        owner = param_names.get(id(param), "?")
+        for key, value in per_param.items():
+            if isinstance(value, torch.Tensor):
+                state[f"optimizer.state[{owner}].{key}"] = value
+    return state
+
+
+def watched_state(watcher) -> dict[str, torch.Tensor]:
+    """Everything a script trained, found through the watcher's hooks."""
+    state: dict[str, torch.Tensor] = {}
+    for name, module in watcher.roots:
+        state.update(module_state(name, module))
+    for optimizer in watcher.optimizers:
+        for group in optimizer.param_groups:
+            for param in group["params"]:
+                name = watcher.param_names.get(id(param))
+                if name and name not in state:  # a bare tensor trained without a module
+                    state[name] = param
+                    if param.grad is not None:
+                        state[f"{name}.grad"] = param.grad
+        state.update(optimizer_state(optimizer, watcher.param_names))
+    if watcher.last_loss is not None:
+        state["loss"] = watcher.last_loss
+    return state
+
+
+def returned_state(value, name: str | None = None) -> dict[str, torch.Tensor]:
+    """State of whatever an ``audit()`` step returned: a module, an optimizer,
+    a tensor, or a dict (keys become names), list or tuple of them."""
+    if isinstance(value, torch.nn.Module):
+        return module_state(name or "model", value)
+    if isinstance(value, torch.optim.Optimizer):
+        param_names = {
+            id(param): f"param_groups[{group_index}][{param_index}]"
+            for group_index, group in enumerate(value.param_groups)
+            for param_index, param in enumerate(group["params"])
+        }
+        return optimizer_state(value, param_names)
+    if isinstance(value, torch.Tensor):
+        name = name or "output"
+        state = {name: value}
+        if value.grad is not None:
+            state[f"{name}.grad"] = value.grad
+        return state
+    if isinstance(value, dict):
+        children = [(str(key) if name is None else f"{name}.{key}", item) for key, item in value.items()]
+    elif isinstance(value, (list, tuple)):
+        children = [(f"{name or 'result'}[{index}]", item) for index, item in enumerate(value)]
+    else:
+        return {}
+    state = {}
+    for child_name, item in children:
+        state.update(returned_state(item, child_name))
+    return state
+
+
+def cpu_copy(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    return {name: tensor.detach().to("cpu", copy=True) for name, tensor in state.items()}
+
+
+def save_state(watcher, path: Path) -> str:
+    torch.save(cpu_copy(watched_state(watcher)), path)
+    return str(path)
+
+
+def load_state(path: str | Path) -> dict[str, torch.Tensor]:
+    return torch.load(path, map_location="cpu", weights_only=True)
+
+
+@dataclass
+class TensorDiff:
+    name: str
+    shape: list[int]
+    dtype: str
+    max_abs_diff: float
+    max_rel_diff: float
+    max_ulp: int
+    fraction_differing: float
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def _ordered_bits(tensor: torch.Tensor) -> torch.Tensor:
+    """Float bits mapped to int64 so that adjacent floats differ by 1."""
+    int_type = {2: torch.int16, 4: torch.int32, 8: torch.int64}[tensor.element_size()]
+    bits = tensor.contiguous().view(int_type).to(torch.int64)
+    sign_mask = torch.iinfo(int_type).max
+    return torch.where(bits < 0, -(bits & sign_mask), bits)
+
+
+def tensor_diff(name: str, a: torch.Tensor, b: torch.Tensor) -> TensorDiff | None:
+    """How ``b`` differs from ``a`` bit for bit; None when they are identical."""
+    if a.shape != b.shape or a.dtype != b.dtype:
+        return TensorDiff(name, list(b.shape), f"{a.dtype}->{b.dtype}", float("inf"), float("inf"), 0, 1.0)
+    a_bits, b_bits = (t.contiguous().view(-1) for t in (a, b))
+    if a.dtype.is_floating_point and a.element_size() in (2, 4, 8):
+        int_type = {2: torch.int16, 4: torch.int32, 8: torch.int64}[a.element_size()]
+        differing = a_bits.view(int_type) != b_bits.view(int_type)
+    elif a.dtype.is_complex:
+        differing = (torch.view_as_real(a_bits) != torch.view_as_real(b_bits)).any(-1)
+    else:
+        differing = a_bits != b_bits
+    count = int(differing.sum())
+    if count == 0:
+        return None
+    max_ulp = 0
+    if a.dtype.is_floating_point and a.element_size() in (2, 4, 8):
+        max_ulp = int((_ordered_bits(a_bits) - _ordered_bits(b_bits)).abs().max())
+    wide_a, wide_b = a_bits.to(torch.float64), b_bits.to(torch.float64)
+    abs_diff = (wide_a - wide_b).abs()
+    rel_diff = abs_diff / wide_a.abs().clamp_min(torch.finfo(torch.float64).tiny)
+    return TensorDiff(
+        name=name,
+        shape=list(a.shape),
+        dtype=str(a.dtype).removeprefix("torch."),
+        max_abs_diff=float(abs_diff.nan_to_num(nan=float("inf")).max()),
+        max_rel_diff=float(rel_diff.nan_to_num(nan=float("inf")).max()),
+        max_ulp=max_ulp,
+        fraction_differing=count / max(a.numel(), 1),
+    )
+
+
+def compare_states(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> list[TensorDiff]:
+    """Differing tensors, by name; a tensor present on one side only counts as differing."""
+    diffs = []
+    for name in sorted(set(a) | set(b)):
+        if name not in a or name not in b:
+            present = a.get(name, b.get(name))
+            diffs.append(TensorDiff(name, list(present.shape), "missing in one run", float("inf"), float("inf"), 0, 1.0))
+            continue
+        diff = tensor_diff(name, a[name], b[name])
+        if diff:
+            diffs.append(diff)
+    return diffs

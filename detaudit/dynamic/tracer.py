@@ -1,0 +1,329 @@
+"""Op-level tracer: one record per aten op, with on-device digests.
+
+``OpTracer`` is a context manager holding two torch modes:
+
+* a ``TorchDispatchMode`` that sees every aten op (forward, backward,
+  optimizer) and records its name, phase, user source line, module path,
+  output shapes/dtypes, a digest of its non-tensor arguments, and digest ids of
+  its tensor inputs and outputs;
+* a ``TorchFunctionMode`` that maps each autograd node (by ``grad_fn``
+  sequence number) to the forward call site that created it, so backward ops
+  are attributed to the user's forward line (on CUDA, backward runs on autograd
+  threads where no user frame exists).
+
+Digests are position-sensitive (a weighted int64 sum of the element bits, with
+odd weights, so any single-element change is detected) and stay on the device
+until ``flush()``, called once per optimizer step.  Inputs are mostly earlier
+outputs: they are looked up by storage, layout and version counter instead of
+being hashed again; only leaves are hashed.  Outputs of allocation ops and of
+view ops are not hashed (garbage, respectively an alias of something hashed).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import weakref
+import zlib
+from pathlib import Path
+
+import torch
+from torch.overrides import TorchFunctionMode
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_flatten
+
+from detaudit.dynamic.watch import user_frame
+
+# Ops whose output is uninitialized memory by definition (every nn.Linear
+# starts from one): never compared, never reported.
+ALLOCATION_OPS = frozenset({"empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided", "empty_permuted"})
+_UNTRACED_NAMESPACES = frozenset({"profiler"})  # record_function markers: no data
+UNINIT = -1  # digest id of an allocation op's output: equal in every run on purpose
+_STAGE_LIMIT = 8192  # flush early when this many digests wait on the device
+_WEIGHT_MULTIPLIER = 0x9E3779B97F4A7C15 - (1 << 64)  # golden-ratio constant as a signed int64
+_INT_OF_SIZE = {1: torch.int8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
+_PLAIN_ARG_TYPES = (int, float, bool, str, complex, type(None), torch.dtype, torch.device, torch.layout, torch.memory_format)
+
+# fields of one record (a list, so the trace stays compact JSON)
+OP, PHASE, PATH, LINE, MODULE, STEP, OUT_META, ARGS, INPUTS, OUTPUTS, LEAVES, SEEDED = range(12)
+
+
+def _plain(value) -> str:
+    """A non-tensor argument or result as text that is equal across processes
+    (objects whose repr carries an address are reduced to their type)."""
+    return repr(value) if isinstance(value, _PLAIN_ARG_TYPES) else type(value).__name__
+
+
+class _OpInfo:
+    """What the tracer needs to know about an op overload, computed once."""
+
+    def __init__(self, func):
+        schema = func._schema
+        self.name = str(func)
+        self.is_allocation = func._opname in ALLOCATION_OPS
+        self.is_seeded = torch.Tag.nondeterministic_seeded in func.tags
+        self.written_args = [
+            (index, argument.name)
+            for index, argument in enumerate(schema.arguments)
+            if argument.alias_info is not None and argument.alias_info.is_write
+        ]
+        self.is_view = any(
+            ret.alias_info is not None and not ret.alias_info.is_write for ret in schema.returns
+        )
+
+
+class _ForwardSites(TorchFunctionMode):
+    def __init__(self, tracer: "OpTracer"):
+        super().__init__()
+        self.tracer = tracer
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        result = func(*args, **(kwargs or {}))
+        if self.tracer.paused:
+            return result
+        if isinstance(result, torch.Tensor) and result.grad_fn is not None:
+            self.tracer.note_forward_site(result.grad_fn)
+        elif isinstance(result, (tuple, list)):
+            for item in result:
+                if isinstance(item, torch.Tensor) and item.grad_fn is not None:
+                    self.tracer.note_forward_site(item.grad_fn)
+        return result
+
+
+class _OpRecorder(TorchDispatchMode):
+    def __init__(self, tracer: "OpTracer"):
+        super().__init__()
+        self.tracer = tracer
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if self.tracer.paused or func.namespace in _UNTRACED_NAMESPACES:
+            return func(*args, **(kwargs or {}))
+        return self.tracer.record(func, args, kwargs or {})
+
+
+class OpTracer:
+    def __init__(self, capture_ops=()):
+        self.records: list[list] = []
+        self.digests: list[int] = []  # host digests; a digest id indexes this list once flushed
+        self._staged: list[torch.Tensor | int] = []
+        self._tensor_digest: dict[tuple, tuple] = {}  # layout key -> (storage ref, version, digest id)
+        self._storage_origin: dict[int, tuple] = {}  # id(storage) -> (storage ref, ("op"|"alloc"|"external", record))
+        self._forward_sites: dict[int, tuple] = {}  # grad_fn sequence nr -> (file, line, module)
+        self._op_info: dict = {}
+        self._weights: dict[torch.device, torch.Tensor] = {}
+        self.capture_ops = set(capture_ops)
+        self.captured: dict[int, dict] = {}
+        self.watcher = None
+        self.paused = False  # set while detaudit itself runs torch ops (flush, state capture)
+        self._modes = [_ForwardSites(self), _OpRecorder(self)]
+
+    def attach(self, watcher) -> None:
+        self.watcher = watcher
+
+    def __enter__(self):
+        for mode in self._modes:
+            mode.__enter__()
+        return self
+
+    def __exit__(self, *exc_info):
+        for mode in reversed(self._modes):
+            mode.__exit__(*exc_info)
+        self.flush()
+
+    # -- attribution -------------------------------------------------------
+    def _module(self) -> str:
+        return self.watcher.current_module if self.watcher else ""
+
+    def note_forward_site(self, grad_fn) -> None:
+        frame = user_frame(sys._getframe(1))
+        if frame is not None:
+            self._forward_sites[grad_fn._sequence_nr()] = (frame.f_code.co_filename, frame.f_lineno, self._module())
+
+    def _site(self) -> tuple[str, str, int, str]:
+        """(phase, file, line, module) of the op being dispatched."""
+        node = torch._C._current_autograd_node()
+        if node is not None:
+            site = self._forward_sites.get(node._sequence_nr())
+            if site is not None:
+                return ("backward", *site)
+            phase = "backward"
+        else:
+            phase = "optimizer" if self.watcher and self.watcher.in_optimizer else "forward"
+        frame = user_frame(sys._getframe(1))
+        if frame is None:
+            return phase, "", 0, self._module()
+        return phase, frame.f_code.co_filename, frame.f_lineno, self._module()
+
+    # -- digests -----------------------------------------------------------
+    def _position_weights(self, count: int, device: torch.device) -> torch.Tensor:
+        weights = self._weights.get(device)
+        if weights is None or weights.numel() < count:
+            size = max(count, 2 * (0 if weights is None else weights.numel()), 1024)
+            weights = torch.arange(size, dtype=torch.int64, device=device) * _WEIGHT_MULTIPLIER | 1
+            self._weights[device] = weights
+        return weights[:count]
+
+    def _stage_digest(self, tensor: torch.Tensor) -> int:
+        digest_id = len(self.digests) + len(self._staged)
+        try:
+            flat = tensor.reshape(-1)
+            if flat.is_complex():
+                flat = torch.view_as_real(flat).reshape(-1)
+            bits = flat.view(_INT_OF_SIZE[flat.element_size()]).to(torch.int64)
+            self._staged.append((bits * self._position_weights(bits.numel(), bits.device)).sum())
+        except (RuntimeError, KeyError, NotImplementedError):  # sparse, meta, exotic dtypes: shape only
+            self._staged.append(zlib.crc32(f"{tensor.dtype}{list(tensor.shape)}".encode()))
+        return digest_id
+
+    def flush(self) -> None:
+        """Copy the staged digests to the host: one transfer per device."""
+        if not self._staged:
+            return
+        staged, self._staged = self._staged, []
+        values: list = list(staged)
+        by_device: dict[torch.device, list[int]] = {}
+        for position, digest in enumerate(staged):
+            if isinstance(digest, torch.Tensor):
+                by_device.setdefault(digest.device, []).append(position)
+        self.paused = True
+        try:
+            for positions in by_device.values():
+                host = torch.stack([staged[p] for p in positions]).cpu().tolist()
+                for position, value in zip(positions, host):
+                    values[position] = value
+        finally:
+            self.paused = False
+        self.digests.extend(values)
+
+    @staticmethod
+    def _layout_key(tensor: torch.Tensor, storage) -> tuple:
+        return (id(storage), tensor.storage_offset(), tuple(tensor.shape), tuple(tensor.stride()), tensor.dtype)
+
+    def _input_ref(self, tensor: torch.Tensor, record_index: int) -> tuple[int, tuple | None]:
+        """(digest id, leaf origin or None) of an input, hashing it only if no
+        traced op produced it in its current version."""
+        try:
+            storage = tensor.untyped_storage()
+        except (RuntimeError, NotImplementedError):
+            return self._stage_digest(tensor), ("external", record_index)
+        known = self._tensor_digest.get(self._layout_key(tensor, storage))
+        if known is not None and known[0]() is storage and tensor._version in known[1]:
+            return known[2], None
+        origin_entry = self._storage_origin.get(id(storage))
+        if origin_entry is not None and origin_entry[0]() is storage:
+            origin = origin_entry[1]
+        else:
+            origin = ("external", record_index)
+            self._storage_origin[id(storage)] = (weakref.ref(storage), origin)
+        digest_id = self._stage_digest(tensor)
+        self._remember(tensor, storage, digest_id)
+        return digest_id, origin
+
+    def _remember(self, tensor: torch.Tensor, storage, digest_id: int, written: bool = False) -> None:
+        # An in-place op's version bump happens above this mode, after it
+        # returns: a written tensor is current at its version or the next.
+        version = tensor._version
+        versions = (version, version + 1) if written else (version,)
+        self._tensor_digest[self._layout_key(tensor, storage)] = (weakref.ref(storage), versions, digest_id)
+
+    def _output_ref(self, tensor: torch.Tensor, info: _OpInfo, record_index: int, written: bool) -> int | None:
+        try:
+            storage = tensor.untyped_storage()
+        except (RuntimeError, NotImplementedError):
+            return self._stage_digest(tensor)
+        if info.is_allocation:
+            self._storage_origin[id(storage)] = (weakref.ref(storage), ("alloc", record_index))
+            self._remember(tensor, storage, UNINIT)
+            return UNINIT
+        if info.is_view and not written:
+            return None  # an alias: hashed when (and if) a consumer reads it
+        covers_storage = tensor.numel() * tensor.element_size() >= storage.nbytes()
+        origin_entry = self._storage_origin.get(id(storage))
+        if not written or covers_storage or origin_entry is None or origin_entry[0]() is not storage:
+            self._storage_origin[id(storage)] = (weakref.ref(storage), ("op", record_index))
+        digest_id = self._stage_digest(tensor)
+        self._remember(tensor, storage, digest_id, written)
+        return digest_id
+
+    # -- the record --------------------------------------------------------
+    def record(self, func, args, kwargs):
+        info = self._op_info.get(func)
+        if info is None:
+            info = self._op_info[func] = _OpInfo(func)
+        record_index = len(self.records)
+        phase, filename, line, module = self._site()
+        flat_args, _ = tree_flatten((args, kwargs))
+        inputs, leaves, plain = [], [], []
+        for value in flat_args:
+            if isinstance(value, torch.Tensor):
+                digest_id, origin = self._input_ref(value, record_index)
+                if origin is not None:
+                    leaves.append([len(inputs), *origin])
+                inputs.append(digest_id)
+            else:
+                plain.append(_plain(value))
+        capture = record_index in self.capture_ops
+        if capture:
+            captured_inputs = [v.detach().to("cpu", copy=True) for v in flat_args if isinstance(v, torch.Tensor)]
+
+        result = func(*args, **kwargs)
+
+        written = [
+            item
+            for index, name in info.written_args
+            for item in tree_flatten(args[index] if index < len(args) else kwargs.get(name))[0]
+            if isinstance(item, torch.Tensor)
+        ]
+        flat_result = [v for v in tree_flatten(result)[0]]
+        out_tensors = list({id(t): t for t in [*flat_result, *written] if isinstance(t, torch.Tensor)}.values())
+        written_ids = {id(t) for t in written}
+        outputs = [self._output_ref(t, info, record_index, id(t) in written_ids) for t in out_tensors]
+        out_meta = [
+            f"{str(v.dtype).removeprefix('torch.')}{list(v.shape)}" if isinstance(v, torch.Tensor) else _plain(v)
+            for v in flat_result
+        ]
+        self.records.append(
+            [
+                info.name,
+                phase,
+                filename,
+                line,
+                module,
+                self.watcher.steps + 1 if self.watcher else 1,
+                out_meta,
+                zlib.crc32("\x1f".join(plain).encode()),
+                inputs,
+                [o for o in outputs if o is not None],
+                leaves,
+                info.is_seeded,
+            ]
+        )
+        if capture:
+            self.captured[record_index] = {
+                "inputs": captured_inputs,
+                "outputs": [t.detach().to("cpu", copy=True) for t in out_tensors],
+            }
+        if len(self._staged) >= _STAGE_LIMIT:
+            self.flush()
+        return result
+
+    # -- output ------------------------------------------------------------
+    def save(self, output_dir: Path) -> dict:
+        """Write trace.json (and capture.pt); returns their paths for the payload."""
+        self.flush()
+        cwd = os.getcwd()
+        paths: dict[str, str] = {}
+        for record in self.records:
+            filename = record[PATH]
+            if filename not in paths:
+                paths[filename] = os.path.relpath(filename, cwd) if filename.startswith(cwd + os.sep) else filename
+            record[PATH] = paths[filename]
+        trace_file = Path(output_dir) / "trace.json"
+        trace_file.write_text(json.dumps({"ops": self.records, "digests": self.digests}))
+        files = {"trace_file": str(trace_file)}
+        if self.captured:
+            capture_file = Path(output_dir) / "capture.pt"
+            torch.save(self.captured, capture_file)
+            files["capture_file"] = str(capture_file)
+        return files

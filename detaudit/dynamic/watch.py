@@ -1,0 +1,144 @@
+"""Watch a training process from the outside: modules, optimizers, steps, loss.
+
+Global module and optimizer hooks let detaudit follow unmodified user code: the
+watcher learns the names of the models (from the user's own variable names),
+the module path that is running (``model.blocks.0.c1``), how many optimizer
+steps have completed, whether an optimizer step is running, and the last
+tensor ``backward()`` was called on (the loss).  Imports torch: only the
+dynamic pass loads this module.
+"""
+
+from __future__ import annotations
+
+import sys
+import sysconfig
+from pathlib import Path
+from typing import Callable
+
+import torch
+from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
+
+_TORCH_DIR = str(Path(torch.__file__).resolve().parent)
+_DETAUDIT_DIR = str(Path(__file__).resolve().parents[1])
+_STDLIB_DIRS = tuple({sysconfig.get_paths()["stdlib"], sysconfig.get_paths()["platstdlib"]})
+
+
+def is_user_file(filename: str) -> bool:
+    """True for frames of the user's code: not torch, not detaudit, not the stdlib."""
+    if filename.startswith("<"):
+        return False
+    return not (
+        filename.startswith(_TORCH_DIR) or filename.startswith(_DETAUDIT_DIR) or filename.startswith(_STDLIB_DIRS)
+    )
+
+
+def user_frame(start=None):
+    """The innermost frame of user code (None if there is none, e.g. an autograd thread)."""
+    frame = start or sys._getframe(1)
+    while frame is not None and not is_user_file(frame.f_code.co_filename):
+        frame = frame.f_back
+    return frame
+
+
+def variable_name(obj: object) -> str | None:
+    """The name a user frame gives ``obj`` (a local first, then a global)."""
+    frame = user_frame(sys._getframe(1))
+    while frame is not None:
+        for scope in (frame.f_locals, frame.f_globals):
+            for name, value in scope.items():
+                if value is obj and not name.startswith("_"):
+                    return name
+        frame = frame.f_back
+    return None
+
+
+class StopRun(BaseException):
+    """Raised after the last requested optimizer step (a BaseException so that
+    the user's ``except Exception`` does not swallow it)."""
+
+
+class TrainingWatcher:
+    """Installs global hooks; ``close()`` removes them."""
+
+    def __init__(self, max_steps: int = 0, on_step_end: Callable[[], None] | None = None):
+        self.max_steps = max_steps
+        self.on_step_end = on_step_end
+        self.steps = 0  # completed optimizer steps
+        self.in_optimizer = False
+        self.roots: list[tuple[str, torch.nn.Module]] = []  # (name, module) in first-use order
+        self.optimizers: list[torch.optim.Optimizer] = []
+        self.param_names: dict[int, str] = {}  # id(parameter) -> "model.fc.weight"
+        self.last_loss: torch.Tensor | None = None
+        self._module_names: dict[int, str] = {}  # id(module) -> "model.fc"
+        self._module_stack: list[str] = []
+        self._original_backward = torch.Tensor.backward
+        self._handles = [
+            torch.nn.modules.module.register_module_forward_pre_hook(self._enter_module),
+            torch.nn.modules.module.register_module_forward_hook(self._leave_module, always_call=True),
+            register_optimizer_step_pre_hook(self._before_step),
+            register_optimizer_step_post_hook(self._after_step),
+        ]
+        watcher = self
+
+        def backward(tensor, *args, **kwargs):
+            watcher.last_loss = tensor
+            return watcher._original_backward(tensor, *args, **kwargs)
+
+        torch.Tensor.backward = backward
+
+    def close(self) -> None:
+        for handle in self._handles:
+            handle.remove()
+        torch.Tensor.backward = self._original_backward
+
+    # -- modules ---------------------------------------------------------
+    @property
+    def current_module(self) -> str:
+        return self._module_stack[-1] if self._module_stack else ""
+
+    def _enter_module(self, module, args):
+        name = self._module_names.get(id(module))
+        if name is None:
+            name = self.add_root(module, variable_name(module) or type(module).__name__.lower())
+        self._module_stack.append(name)
+
+    def _leave_module(self, module, args, output):
+        if self._module_stack:
+            self._module_stack.pop()
+
+    def add_root(self, module: torch.nn.Module, name: str) -> str:
+        taken = {root_name for root_name, _ in self.roots}
+        unique, n = name, 1
+        while unique in taken:
+            n += 1
+            unique = f"{name}{n}"
+        self.roots.append((unique, module))
+        for sub_name, sub in module.named_modules():
+            self._module_names.setdefault(id(sub), f"{unique}.{sub_name}" if sub_name else unique)
+        for param_name, param in module.named_parameters():
+            self.param_names.setdefault(id(param), f"{unique}.{param_name}")
+        return unique
+
+    # -- optimizers ------------------------------------------------------
+    def add_optimizer(self, optimizer: torch.optim.Optimizer) -> None:
+        if any(known is optimizer for known in self.optimizers):
+            return
+        self.optimizers.append(optimizer)
+        for group_index, group in enumerate(optimizer.param_groups):
+            for param_index, param in enumerate(group["params"]):
+                if id(param) not in self.param_names:
+                    self.param_names[id(param)] = (
+                        variable_name(param) or f"optimizer.param_groups[{group_index}][{param_index}]"
+                    )
+
+    def _before_step(self, optimizer, args, kwargs):
+        self.add_optimizer(optimizer)
+        self.in_optimizer = True
+
+    def _after_step(self, optimizer, args, kwargs):
+        self.in_optimizer = False
+        self.steps += 1
+        if self.on_step_end:
+            self.on_step_end()
+        if self.max_steps and self.steps >= self.max_steps:
+            raise StopRun()
