@@ -140,11 +140,14 @@ def _check_unit(
     walkers = [FactCollector(facts, module), *(r for r in instances if r.has_visitors())]
     try:
         cst.visit_batched(module, walkers)
-        for rule in instances:
-            rule.finish()
     except RecursionError:
         result.messages.append(f"{display_path}: too deeply nested to analyse; skipped")
         return result
+    for rule in instances:
+        try:
+            rule.finish()
+        except Exception as error:  # a rule bug must not stop the other rules or files
+            result.messages.append(f"{display_path}: internal error in rule {rule.name}: {error!r} (please report)")
     result.dependencies = context.dependencies
     if context.hits:
         _collect_findings(context, result)

@@ -1,0 +1,164 @@
+"""``detaudit check``: the static pass.  Never imports torch or numpy."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from detaudit.findings import Finding, Severity
+
+FORMATS = ("text", "json", "sarif", "github")
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "check",
+        help="statically check training code for reproducibility hazards",
+        description="Read training code (never run it) and report what makes results irreproducible.",
+    )
+    parser.add_argument("paths", nargs="*", type=Path, help="files or directories (default: the current directory)")
+    parser.add_argument("--format", choices=FORMATS, default="text", help="output format (default: text)")
+    parser.add_argument("-o", "--output", type=Path, help="write the report to this file instead of stdout")
+    parser.add_argument("--select", action="append", default=[], metavar="RULES",
+                        help="only these rules (codes, names or code prefixes, comma-separated)")
+    parser.add_argument("--ignore", action="append", default=[], metavar="RULES", help="skip these rules")
+    parser.add_argument("--fail-on", type=str, metavar="SEVERITY",
+                        help="exit 1 only for findings at or above: info, warning (default), error")
+    parser.add_argument("--exit-zero", action="store_true", help="exit 0 even when there are findings")
+    parser.add_argument("-q", "--quiet", action="store_true", help="print findings only, no summary")
+    parser.add_argument("--no-config", action="store_true", help="ignore [tool.detaudit] in pyproject.toml")
+    parser.add_argument("--no-cache", action="store_true", help="neither read nor write the result cache")
+    parser.add_argument("--jobs", type=int, help="worker processes (default: all cores)")
+    parser.add_argument("--show-suppressed", action="store_true", help="also list suppressed findings with their reasons")
+    parser.add_argument("--add-ignores", action="store_true",
+                        help="add '# detaudit: ignore[CODE]' comments for every current finding (a baseline)")
+    parser.add_argument("--fix", action="store_true", help="apply safe fixes in place")
+    parser.add_argument("--diff", action="store_true", help="print the fixes as a unified diff; change nothing")
+    parser.add_argument("--unsafe-fixes", action="store_true", help="also apply fixes that may change behaviour")
+    parser.set_defaults(handler=run)
+
+
+def _split_selectors(values: list[str]) -> list[str]:
+    return [part.strip() for value in values for part in value.split(",") if part.strip()]
+
+
+def run(args: argparse.Namespace) -> int:
+    from detaudit.cli import UsageError
+    from detaudit.static.checker import run_check
+    from detaudit.static.config import Config, ConfigError, find_pyproject, load_config, select_rules
+
+    paths = args.paths or [Path(".")]
+    missing = [str(p) for p in paths if not p.exists()]
+    if missing:
+        raise UsageError(f"no such file or directory: {', '.join(missing)}")
+    try:
+        config = Config() if args.no_config else load_config(find_pyproject(paths[0].resolve()))
+        fail_on = Severity.parse(args.fail_on) if args.fail_on else config.fail_on
+    except (ConfigError, ValueError) as error:
+        raise UsageError(str(error)) from None
+
+    select = _split_selectors(args.select) or config.select
+    ignore = [*config.ignore, *_split_selectors(args.ignore)]
+    rules, selector_warnings = select_rules(select, ignore)
+    for warning in [*config.warnings, *selector_warnings]:
+        print(f"detaudit: warning: {warning}", file=sys.stderr)
+
+    check = run_check(paths, config, rules, use_cache=not args.no_cache, jobs=args.jobs)
+    for message in check.messages:
+        print(f"detaudit: {message}", file=sys.stderr)
+
+    if args.fix or args.diff:
+        check = _apply_fixes(args, check, paths, config, rules)
+    if args.add_ignores:
+        from detaudit.static.baseline import add_ignores
+
+        added, problems = add_ignores(check.findings, check.paths)
+        for problem in problems:
+            print(f"detaudit: {problem}", file=sys.stderr)
+        print(f"Added {added} suppression comment{'s' if added != 1 else ''}.", file=sys.stderr)
+        return 0
+
+    _write_report(args, check)
+    if args.exit_zero:
+        return 0
+    return 1 if any(f.severity >= fail_on for f in check.findings) else 0
+
+
+def _apply_fixes(args, check, paths, config, rules):
+    from detaudit.static.checker import run_check
+    from detaudit.static.fix import apply_fixes
+
+    outcome = apply_fixes(check.results, paths=check.paths, rules=rules, unsafe=args.unsafe_fixes, write=not args.diff)
+    for error in outcome.errors:
+        print(f"detaudit: {error}", file=sys.stderr)
+    if args.diff:
+        sys.stdout.write(outcome.diff)
+        print(f"{outcome.fixed} fixable finding{'s' if outcome.fixed != 1 else ''} (diff only, nothing written).", file=sys.stderr)
+        return check
+    rechecked = run_check(paths, config, rules, use_cache=not args.no_cache, jobs=args.jobs)
+    print(
+        f"Fixed {outcome.fixed} finding{'s' if outcome.fixed != 1 else ''}; {len(rechecked.findings)} remaining.",
+        file=sys.stderr,
+    )
+    return rechecked
+
+
+def _write_report(args: argparse.Namespace, check) -> None:
+    from detaudit.report.github import github_annotations
+    from detaudit.report.jsonout import check_report
+    from detaudit.report.sarif import to_sarif
+    from detaudit.static.rule import all_rules
+
+    stream = args.output.open("w", encoding="utf-8") if args.output else sys.stdout
+    try:
+        if args.format == "json":
+            report = check_report(
+                check.findings,
+                files_checked=check.files_checked,
+                suppressed=check.suppressed,
+                messages=check.messages,
+                elapsed=check.elapsed,
+            )
+            json.dump(report, stream, indent=2)
+            stream.write("\n")
+        elif args.format == "sarif":
+            json.dump(to_sarif(check.findings, all_rules()), stream, indent=2)
+            stream.write("\n")
+        elif args.format == "github":
+            stream.write(github_annotations(check.findings))
+        else:
+            _write_text(args, check, stream)
+    finally:
+        if args.output:
+            stream.close()
+
+
+def _write_text(args: argparse.Namespace, check, stream) -> None:
+    from detaudit.report.text import make_console, render_findings, summary_line
+
+    console = make_console(stream)
+    lines_cache: dict[str, list[str]] = {}
+
+    def source_line(finding: Finding) -> str | None:
+        if finding.cell is not None or finding.path not in check.paths:
+            return None
+        if finding.path not in lines_cache:
+            try:
+                text = check.paths[finding.path].read_text(encoding="utf-8", errors="replace")
+            except OSError:
+                text = ""
+            lines_cache[finding.path] = text.splitlines()
+        lines = lines_cache[finding.path]
+        return lines[finding.line - 1] if 0 < finding.line <= len(lines) else None
+
+    render_findings(console, check.findings, source_line)
+    if args.show_suppressed and check.suppressed:
+        console.print()
+        console.print("[bold]Suppressed:[/bold]")
+        render_findings(console, check.suppressed, source_line, show_reason=True)
+    if not args.quiet:
+        if check.findings:
+            console.print()
+        console.print(summary_line(check.files_checked, check.findings, len(check.suppressed), check.elapsed))

@@ -1,0 +1,32 @@
+"""Machine-readable output of ``detaudit check --format json``."""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Sequence
+
+from detaudit import __version__
+from detaudit.findings import Finding
+
+
+def check_report(
+    findings: Sequence[Finding],
+    *,
+    files_checked: int,
+    suppressed: Sequence[Finding],
+    messages: Sequence[str],
+    elapsed: float,
+) -> dict:
+    return {
+        "version": __version__,
+        "files_checked": files_checked,
+        "findings": [f.to_dict() for f in findings],
+        "summary": {
+            "findings": len(findings),
+            "by_rule": dict(Counter(f.name for f in findings).most_common()),
+            "by_severity": dict(Counter(f.severity.label for f in findings).most_common()),
+            "suppressed": len(suppressed),
+            "messages": list(messages),
+            "elapsed_s": round(elapsed, 4),
+        },
+    }
