@@ -115,6 +115,18 @@ class SettingWrite:
 
 
 @dataclass
+class EnvironmentWrite:
+    """``os.environ[NAME] = value`` and its other spellings (``os.environ.setdefault``,
+    ``os.environ.update``, ``os.putenv``), for variables named by a literal."""
+
+    name: str
+    value: cst.BaseExpression | None
+    node: cst.CSTNode
+    order: int
+    scope: Scope
+
+
+@dataclass
 class ArgparseFlag:
     dest: str
     default: StaticValue
@@ -132,6 +144,10 @@ class FileFacts:
     #: names assigned exactly once to a value, for evaluating ``x = args.seed; ...x``
     simple_assignments: dict[str, list[cst.BaseExpression]] = field(default_factory=dict)
     has_main_guard: bool = False
+    environment: list[EnvironmentWrite] = field(default_factory=list)
+    #: results that shared rule helpers derive from these facts, computed once per
+    #: file (e.g. "does this file enable deterministic algorithms?")
+    derived: dict[str, Any] = field(default_factory=dict)
 
     # -- queries rules use ---------------------------------------------------
 
@@ -142,6 +158,10 @@ class FileFacts:
     def settings_of(self, *targets: str) -> Iterator[SettingWrite]:
         wanted = set(targets)
         return (s for s in self.settings if s.target in wanted)
+
+    def environment_writes(self, *names: str) -> Iterator[EnvironmentWrite]:
+        wanted = set(names)
+        return (w for w in self.environment if w.name in wanted)
 
     def imports_module(self, prefix: str) -> bool:
         return any(q == prefix or q.startswith(prefix + ".") for q in self.names.bindings().values())
@@ -210,6 +230,9 @@ def _is_main_guard(test: cst.BaseExpression) -> bool:
     strings = {s.evaluated_value for s in sides if isinstance(s, cst.SimpleString)}
     return names == {"__name__"} and strings == {"__main__"}
 
+
+#: calls that set a process environment variable (``os.environ[...] =`` is an assignment)
+_ENVIRONMENT_SETTERS = frozenset({"os.environ.setdefault", "os.environ.update", "os.putenv"})
 
 _CONDITIONAL_NODES = (cst.If, cst.For, cst.While, cst.Try, cst.With, cst.ExceptHandler)
 
@@ -377,6 +400,9 @@ class FactCollector(cst.BatchableCSTVisitor):
                 if resolved is not None and "." in resolved and not self.facts.names.is_bound(target.value):
                     self.facts.names.bind(target.value, resolved)
             return
+        if isinstance(target, cst.Subscript):
+            self._environment_subscript(target, value, statement)
+            return
         if isinstance(target, cst.Attribute):
             qualified = self.facts.names.resolve(target)
             if qualified is not None:
@@ -399,12 +425,47 @@ class FactCollector(cst.BatchableCSTVisitor):
                 )
         elif qualname is not None and qualname.endswith(".flags"):
             self._flags_context(call, qualname[: -len(".flags")])
+        elif qualname in _ENVIRONMENT_SETTERS:
+            self._environment_call(call)
         elif method == "add_argument":
             self._argparse_flag(call)
         elif method == "set_defaults":
             for arg in node.args:
                 if arg.keyword is not None and arg.keyword.value in facts.flags:
                     facts.flags[arg.keyword.value].default = self._flag_value(arg.keyword.value, arg.value)
+
+    def _environment_subscript(
+        self, target: cst.Subscript, value: cst.BaseExpression | None, statement: cst.CSTNode
+    ) -> None:
+        if len(target.slice) != 1 or self.facts.names.resolve(target.value) != "os.environ":
+            return
+        index = target.slice[0].slice
+        if isinstance(index, cst.Index):
+            name = self.facts.evaluate(index.value).value
+            self._environment_write(name, value, statement, self._next_order(), self._scope())
+
+    def _environment_call(self, call: CallFact) -> None:
+        pairs: list[tuple[object, cst.BaseExpression | None]] = []
+        if call.qualname == "os.environ.update":
+            for arg in call.node.args:
+                if arg.keyword is not None:
+                    pairs.append((arg.keyword.value, arg.value))
+                elif not arg.star and isinstance(arg.value, cst.Dict):
+                    pairs += [
+                        (self.facts.evaluate(e.key).value, e.value)
+                        for e in arg.value.elements
+                        if isinstance(e, cst.DictElement)
+                    ]
+        else:  # setdefault(key, value) / putenv(key, value)
+            pairs.append((self.facts.evaluate(call.value_node("key", 0)).value, call.value_node("value", 1)))
+        for name, value in pairs:
+            self._environment_write(name, value, call.node, call.order, call.scope)
+
+    def _environment_write(
+        self, name: object, value: cst.BaseExpression | None, node: cst.CSTNode, order: int, scope: Scope
+    ) -> None:
+        if isinstance(name, str):
+            self.facts.environment.append(EnvironmentWrite(name, value, node, order, scope))
 
     def _flags_context(self, call: CallFact, namespace: str) -> None:
         parameters = BACKEND_FLAGS_PARAMETERS.get(namespace)
