@@ -55,7 +55,9 @@ def log_metric(name: str, value: Any, step: int | None = None) -> None:
     ``step`` also form the per-step history that ``instability`` reports.
     """
     name = _checked_name(name)
-    number = float(value)  # works for Python numbers, 1-element tensors and numpy scalars
+    if hasattr(value, "detach"):  # a tensor, maybe still attached to the graph (a loss)
+        value = value.detach()
+    number = float(value)  # Python numbers, 1-element tensors, numpy scalars
     folder = _stats_dir()
     if folder is None:
         return

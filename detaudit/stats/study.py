@@ -238,7 +238,7 @@ class Study:
             writer = csv.writer(stream)
             writer.writerow(
                 ["arm", "run", "seed", "status", "seconds", *metric_names]
-                + [f"env.{name}" for name in environment_names]
+                + [f"environment.{name}" for name in environment_names]
             )
             for r in records:
                 writer.writerow(
