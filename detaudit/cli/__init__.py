@@ -18,6 +18,9 @@ from detaudit import __version__
 SUBCOMMANDS = (
     "check",
     "rules",
+    "variance",
+    "compare",
+    "instability",
 )
 
 
