@@ -21,6 +21,8 @@ SUBCOMMANDS = (
     "variance",
     "compare",
     "instability",
+    "ops",
+    "calibrate",
 )
 
 
