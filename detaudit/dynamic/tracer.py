@@ -33,7 +33,7 @@ from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
-from detaudit.dynamic.watch import user_frame
+from detaudit.dynamic.watch import StopRun, user_frame
 
 # Ops whose output is uninitialized memory by definition (every nn.Linear
 # starts from one): never compared, never reported.
@@ -209,16 +209,21 @@ class OpTracer:
             return self._stage_digest(tensor), ("external", record_index)
         known = self._tensor_digest.get(self._layout_key(tensor, storage))
         if known is not None and known[0]() is storage and tensor._version in known[1]:
-            return known[2], None
-        origin_entry = self._storage_origin.get(id(storage))
-        if origin_entry is not None and origin_entry[0]() is storage:
-            origin = origin_entry[1]
-        else:
-            origin = ("external", record_index)
-            self._storage_origin[id(storage)] = (weakref.ref(storage), origin)
+            # an untouched allocation is reported with its origin: reading it is a bug
+            return known[2], (self._origin(storage, record_index) if known[2] == UNINIT else None)
+        origin = self._origin(storage, record_index)
         digest_id = self._stage_digest(tensor)
         self._remember(tensor, storage, digest_id)
         return digest_id, origin
+
+    def _origin(self, storage, record_index: int) -> tuple:
+        """Where a storage's contents came from; a storage no traced op made is external."""
+        entry = self._storage_origin.get(id(storage))
+        if entry is not None and entry[0]() is storage:
+            return entry[1]
+        origin = ("external", record_index)
+        self._storage_origin[id(storage)] = (weakref.ref(storage), origin)
+        return origin
 
     def _remember(self, tensor: torch.Tensor, storage, digest_id: int, written: bool = False) -> None:
         # An in-place op's version bump happens above this mode, after it
@@ -304,6 +309,8 @@ class OpTracer:
                 "inputs": captured_inputs,
                 "outputs": [t.detach().to("cpu", copy=True) for t in out_tensors],
             }
+            if len(self.captured) == len(self.capture_ops):
+                raise StopRun()  # everything asked for is captured: the rest of the run is not needed
         if len(self._staged) >= _STAGE_LIMIT:
             self.flush()
         return result

@@ -1,0 +1,168 @@
+"""Align two op traces and name the root causes of their differences.
+
+Records are aligned by position: both runs execute the same program, so until
+the op names or output shapes stop matching (a control-flow divergence) record
+``i`` of one run is record ``i`` of the other.  A record whose outputs differ is
+
+* a root cause when none of its tensor inputs or plain arguments differ
+  (an RNG op if the op consumes the generator, uninitialized memory if it read
+  an allocation nothing wrote, else a nondeterministic kernel);
+* a root cause when a differing input entered from outside torch (an external
+  input, located where it entered) or came from uninitialized memory;
+* *propagated* otherwise: it only differs because something upstream did.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from detaudit.dynamic.tracer import (
+    ARGS,
+    INPUTS,
+    LEAVES,
+    LINE,
+    MODULE,
+    OP,
+    OUT_META,
+    OUTPUTS,
+    PATH,
+    PHASE,
+    SEEDED,
+    STEP,
+    UNINIT,
+)
+
+NONDETERMINISTIC_OP = "nondeterministic-op"
+RNG = "rng"
+UNINITIALIZED_MEMORY = "uninitialized-memory"
+EXTERNAL_INPUT = "external-input"
+CONTROL_FLOW = "control-flow"
+
+
+@dataclass
+class Trace:
+    ops: list[list]
+    digests: list[int]
+
+    @classmethod
+    def load(cls, path: str | Path) -> "Trace":
+        data = json.loads(Path(path).read_text())
+        return cls(data["ops"], data["digests"])
+
+    def value(self, digest_id: int):
+        return "uninitialized" if digest_id == UNINIT else self.digests[digest_id]
+
+
+@dataclass
+class CauseAt:
+    """One root cause found in one pair of runs."""
+
+    kind: str
+    record: int  # where it is reported (the allocation for uninitialized memory)
+    capture_record: int  # the record whose tensors show the deviation
+    capture_side: str  # "outputs" or "inputs"
+    capture_position: int | None = None  # which input; None = every output
+    other_side: dict = field(default_factory=dict)  # control flow: what the other run did instead
+
+    def site(self, trace: Trace) -> dict:
+        record = trace.ops[self.record]
+        return {
+            "kind": self.kind,
+            "op": record[OP],
+            "path": record[PATH],
+            "line": record[LINE],
+            "module": record[MODULE],
+            "phase": record[PHASE],
+        }
+
+
+@dataclass
+class PairComparison:
+    causes: list[CauseAt]
+    propagated: int  # records that differ only because of an upstream cause
+    compared: int  # aligned records
+
+
+def _differs(a: Trace, b: Trace, refs_a: list[int], refs_b: list[int]) -> list[int]:
+    return [p for p, (x, y) in enumerate(zip(refs_a, refs_b)) if a.value(x) != b.value(y)]
+
+
+def compare_traces(a: Trace, b: Trace) -> PairComparison:
+    causes: list[CauseAt] = []
+    propagated = 0
+    differing_records: set[int] = set()
+    aligned = min(len(a.ops), len(b.ops))
+    for index in range(aligned):
+        ra, rb = a.ops[index], b.ops[index]
+        if ra[OP] != rb[OP] or ra[OUT_META] != rb[OUT_META] or len(ra[INPUTS]) != len(rb[INPUTS]):
+            causes.append(_control_flow(index, rb))
+            return PairComparison(causes, propagated, index)
+        inputs_differ = _differs(a, b, ra[INPUTS], rb[INPUTS])
+        outputs_differ = bool(_differs(a, b, ra[OUTPUTS], rb[OUTPUTS]))
+        args_differ = ra[ARGS] != rb[ARGS]
+        if not (inputs_differ or outputs_differ or args_differ):
+            continue
+        cause = _classify(a, ra, index, inputs_differ, outputs_differ, args_differ, differing_records)
+        differing_records.add(index)
+        if cause is None:
+            propagated += 1
+        else:
+            causes.append(cause)
+    if len(a.ops) != len(b.ops):
+        longer = b if len(b.ops) > len(a.ops) else a
+        extra = longer.ops[aligned]
+        causes.append(
+            CauseAt(
+                CONTROL_FLOW,
+                record=aligned - 1 if aligned else 0,
+                capture_record=-1,
+                capture_side="",
+                other_side={"note": f"one run ran {abs(len(a.ops) - len(b.ops))} more ops, from {extra[OP]} "
+                            f"at {extra[PATH]}:{extra[LINE]}"},
+            )
+        )
+    return PairComparison(causes, propagated, aligned)
+
+
+def _control_flow(index: int, other: list) -> CauseAt:
+    return CauseAt(
+        CONTROL_FLOW,
+        record=index,
+        capture_record=-1,
+        capture_side="",
+        other_side={
+            "op": other[OP],
+            "outputs": other[OUT_META],
+            "path": other[PATH],
+            "line": other[LINE],
+        },
+    )
+
+
+def _classify(trace, record, index, inputs_differ, outputs_differ, args_differ, differing_records) -> CauseAt | None:
+    leaves = {position: (kind, origin) for position, kind, origin in record[LEAVES]}
+    for position in inputs_differ:
+        kind, origin = leaves.get(position, ("op", None))
+        if kind == "alloc":
+            return CauseAt(UNINITIALIZED_MEMORY, origin, index, "inputs", position)
+        if kind == "external" and (origin == index or origin not in differing_records):
+            return CauseAt(EXTERNAL_INPUT, index, index, "inputs", position)
+    if inputs_differ:
+        return None
+    if args_differ:  # a plain Python value (number, shape, flag) entered from outside torch
+        return CauseAt(EXTERNAL_INPUT, index, index, "outputs")
+    if not outputs_differ:
+        return None
+    if record[SEEDED]:
+        return CauseAt(RNG, index, index, "outputs")
+    for position, ref in enumerate(record[INPUTS]):
+        kind, origin = leaves.get(position, ("op", None))
+        if ref == UNINIT or kind == "alloc":
+            return CauseAt(UNINITIALIZED_MEMORY, origin if origin is not None else index, index, "outputs")
+    return CauseAt(NONDETERMINISTIC_OP, index, index, "outputs")
+
+
+def first_step(trace: Trace, record: int) -> int:
+    return trace.ops[record][STEP] if 0 <= record < len(trace.ops) else 0
