@@ -18,6 +18,7 @@ from detaudit import __version__
 SUBCOMMANDS = (
     "check",
     "rules",
+    "run",
     "variance",
     "compare",
     "instability",
