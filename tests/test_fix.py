@@ -1,0 +1,286 @@
+"""``detaudit check --fix`` / ``--diff``: every rule's documented fix, every fixture,
+and the guarantees (byte-for-byte elsewhere, idempotent, atomic, never a broken file)."""
+
+from __future__ import annotations
+
+import difflib
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import libcst as cst
+import pytest
+
+from detaudit.static.edits import InsertStatement, Replace, insert_before_first_use, with_keyword_arguments, wrapped_in_call
+from detaudit.static.engine import check_file
+from detaudit.static.fix import apply_edits, apply_fixes
+from detaudit.static.rule import RuleHit, all_rules, find_rule
+
+REPO = Path(__file__).resolve().parent.parent
+FIXTURES = REPO / "fixtures"
+FIX_FIXTURES = FIXTURES / "static" / "fix"
+
+
+def write(path: Path, text: str, newline: str | None = None) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w", encoding="utf-8", newline=newline) as stream:
+        stream.write(text)
+    return path
+
+
+def fix(path: Path, *, rules=None, unsafe: bool = False, write: bool = True, config=None):
+    """Check ``path`` as the CLI does, then fix it."""
+    result = check_file(path, path.name, path.parent)
+    return apply_fixes([result], paths={path.name: path}, rules=rules, unsafe=unsafe, write=write, config=config)
+
+
+def findings_of(path: Path, rules=None) -> list:
+    codes = {rule.code for rule in (rules or all_rules())}
+    return [f for f in check_file(path, path.name, path.parent).findings if f.code in codes]
+
+
+# -- every rule's documented fix ----------------------------------------------------
+
+
+def _fixed_examples():
+    for rule in all_rules():
+        for index, example in enumerate(rule.INVALID):
+            if example.fixed is not None:
+                yield pytest.param(rule, example, id=f"{rule.name}-invalid-{index}")
+
+
+@pytest.mark.parametrize(("rule", "example"), _fixed_examples())
+def test_rule_fix_gives_the_documented_code(tmp_path, rule, example):
+    """``Invalid(fixed=...)`` is the code after ``--fix --unsafe-fixes`` with only that rule selected."""
+    path = write(tmp_path / "train.py", textwrap.dedent(example.code))
+    outcome = fix(path, rules=[rule], unsafe=True)
+    assert outcome.errors == []
+    assert path.read_text(encoding="utf-8") == textwrap.dedent(example.fixed)
+    assert outcome.fixed >= 1
+    assert findings_of(path, [rule]) == []
+    again = fix(path, rules=[rule], unsafe=True)
+    assert (again.diff, again.fixed) == ("", 0), "a second --fix must change nothing"
+
+
+def test_every_rule_with_a_fix_documents_one():
+    """Rules whose hits carry edits show the fixed code in at least one INVALID example."""
+    documented = {rule.name for rule in all_rules() if any(e.fixed for e in rule.INVALID)}
+    assert {"cudnn-benchmark", "tf32"} <= documented
+
+
+# -- every fixture --------------------------------------------------------------------
+
+
+def _fixture_files():
+    return sorted(p.relative_to(FIXTURES) for p in FIXTURES.rglob("*.py"))
+
+
+@pytest.fixture(scope="module")
+def fixture_copy(tmp_path_factory) -> Path:
+    copy = tmp_path_factory.mktemp("fixtures")
+    shutil.copytree(FIXTURES, copy, dirs_exist_ok=True)
+    return copy
+
+
+@pytest.mark.parametrize("relative", _fixture_files(), ids=str)
+def test_fixture_fixes_cleanly_and_only_where_reported(fixture_copy, relative):
+    path = fixture_copy / relative
+    before_text = path.read_text(encoding="utf-8")
+    before = findings_of(path)
+    outcome = fix(path, unsafe=True)
+    assert outcome.errors == []
+    after_text = path.read_text(encoding="utf-8")
+    compile(after_text, str(path), "exec")
+    # text outside the reported lines is untouched: lines are only inserted, or
+    # changed where a finding was reported
+    reported_lines = {line for f in before for line in range(f.line, f.end_line + 1)}
+    matcher = difflib.SequenceMatcher(None, before_text.splitlines(), after_text.splitlines(), autojunk=False)
+    for tag, old_start, old_end, _, _ in matcher.get_opcodes():
+        if tag in ("replace", "delete"):
+            assert set(range(old_start + 1, old_end + 1)) <= reported_lines, f"changed unreported lines {old_start + 1}-{old_end}"
+    assert len(findings_of(path)) == len(before) - outcome.fixed == outcome.remaining
+    again = fix(path, unsafe=True)
+    assert (again.diff, again.fixed, again.errors) == ("", 0, []), "a second --fix must change nothing"
+
+
+def test_fixtures_include_fixable_ones():
+    result_fixed = 0
+    for relative in _fixture_files():
+        path = FIXTURES / relative
+        result_fixed += fix(path, unsafe=True, write=False).fixed
+    assert result_fixed > 0
+
+
+# -- guarantees -------------------------------------------------------------------------
+
+HAZARD = "import torch\n\ntorch.backends.cudnn.benchmark = True  # keep this comment\n"
+HAZARD_FIXED = "import torch\n\ntorch.backends.cudnn.benchmark = False  # keep this comment\n"
+
+
+def test_diff_changes_nothing_and_applies_with_patch(tmp_path):
+    path = write(tmp_path / "train.py", HAZARD)
+    stamp = path.stat().st_mtime_ns
+    outcome = fix(path, write=False)
+    assert path.read_text() == HAZARD and path.stat().st_mtime_ns == stamp
+    assert (outcome.fixed, outcome.remaining, outcome.changed) == (1, 0, ["train.py"])
+    assert "-torch.backends.cudnn.benchmark = True  # keep this comment\n" in outcome.diff
+    assert "+torch.backends.cudnn.benchmark = False  # keep this comment\n" in outcome.diff
+    subprocess.run(["patch", "-p1", "--quiet"], input=outcome.diff, text=True, cwd=tmp_path, check=True)
+    assert path.read_text() == HAZARD_FIXED
+
+
+def test_file_that_does_not_parse_is_untouched(tmp_path):
+    text = "import torch\ntorch.backends.cudnn.benchmark = True\ndef broken(:\n"
+    path = write(tmp_path / "train.py", text)
+    outcome = fix(path, unsafe=True)
+    assert path.read_text() == text
+    assert (outcome.diff, outcome.fixed, outcome.remaining) == ("", 0, 1)  # the parse error remains
+
+
+def test_file_mode_encoding_and_newlines_are_kept(tmp_path):
+    path = tmp_path / "train.py"
+    path.write_bytes(b"\xef\xbb\xbf# caf\xc3\xa9\r\n" + HAZARD.replace("\n", "\r\n").encode())
+    path.chmod(0o751)
+    fix(path)
+    assert path.read_bytes() == b"\xef\xbb\xbf# caf\xc3\xa9\r\n" + HAZARD_FIXED.replace("\n", "\r\n").encode()
+    assert path.stat().st_mode & 0o7777 == 0o751
+    assert [p.name for p in tmp_path.iterdir()] == ["train.py"], "no temporary file left behind"
+
+
+def test_symlink_stays_a_symlink(tmp_path):
+    target = write(tmp_path / "real.py", HAZARD)
+    link = tmp_path / "train.py"
+    link.symlink_to(target)
+    fix(link)
+    assert link.is_symlink() and target.read_text() == HAZARD_FIXED
+
+
+def test_suppressed_and_unselected_findings_are_not_fixed(tmp_path):
+    text = (
+        "import torch\n"
+        "torch.backends.cudnn.benchmark = True  # detaudit: ignore[cudnn-benchmark] -- throughput run\n"
+        "torch.backends.cuda.matmul.allow_tf32 = True  # noqa: DET011\n"
+        "torch.backends.cudnn.allow_tf32 = True\n"
+    )
+    path = write(tmp_path / "train.py", text)
+    outcome = fix(path, rules=[find_rule("cudnn-benchmark")])
+    assert (outcome.diff, outcome.fixed, outcome.remaining) == ("", 0, 0)
+    outcome = fix(path)
+    assert path.read_text() == text.replace("cudnn.allow_tf32 = True", "cudnn.allow_tf32 = False")
+    assert (outcome.fixed, outcome.remaining) == (1, 0)
+
+
+def test_per_file_ignores_are_honoured(tmp_path):
+    from detaudit.static.config import Config
+
+    path = write(tmp_path / "train.py", HAZARD)
+    config = Config(per_file_ignores={"train.py": ["DET010"]})
+    outcome = fix(path, config=config)
+    assert path.read_text() == HAZARD and outcome.fixed == 0
+
+
+def test_unsafe_fixes_need_the_flag(tmp_path):
+    flag_default = (
+        "import argparse, torch\np = argparse.ArgumentParser()\np.add_argument('--benchmark', type=int, default=1)\n"
+        "args = p.parse_args()\ntorch.backends.cudnn.benchmark = bool(args.benchmark)\n"
+    )
+    guarded = (
+        "import torch\n"
+        "try:\n    torch.backends.cudnn.allow_tf32 = True\nexcept AttributeError:\n    pass\n"
+        "if hasattr(torch.backends.cuda.matmul, 'fp32_precision'):\n    torch.backends.cuda.matmul.fp32_precision = 'tf32'\n"
+    )
+    for text in (flag_default, guarded):
+        path = write(tmp_path / "train.py", text)
+        outcome = fix(path)
+        assert path.read_text() == text and outcome.fixed == 0 and outcome.remaining > 0
+        outcome = fix(path, unsafe=True)
+        assert outcome.fixed == outcome.remaining + outcome.fixed > 0 and findings_of(path) == []
+
+
+def test_read_error_is_one_line_and_nothing_is_lost(tmp_path):
+    path = write(tmp_path / "train.py", HAZARD)
+    result = check_file(path, "train.py", tmp_path)
+    path.unlink()
+    outcome = apply_fixes([result], paths={"train.py": path})
+    assert outcome.errors == ["train.py: cannot read: No such file or directory"]
+    assert outcome.remaining == 1 and outcome.fixed == 0
+
+
+# -- edits ------------------------------------------------------------------------------
+
+
+def _hits(module: cst.Module, *fixes) -> list[RuleHit]:
+    rule = find_rule("cudnn-benchmark")  # any rule: apply_edits only reads the edits
+    return [RuleHit(rule, module, "", fix) for fix in fixes]
+
+
+def test_insertion_goes_after_the_imports_with_the_import_it_needs():
+    module = cst.parse_module(
+        '"""Train."""\nfrom __future__ import annotations\nimport torch\n\n# the model\nmodel = torch.nn.Linear(2, 2)\n'
+    )
+    seed = insert_before_first_use(module, 3, "detaudit.seed_everything(0)", imports=("detaudit",))
+    determinism = insert_before_first_use(module, 3, "detaudit.enable_determinism()", imports=("detaudit",))
+    # three findings asking for the same seeding call get one
+    code = apply_edits(module, _hits(module, seed, seed, (seed, determinism)), {"torch": "torch"})
+    assert code == (
+        '"""Train."""\nfrom __future__ import annotations\nimport torch\nimport detaudit\n\n'
+        "detaudit.seed_everything(0)\ndetaudit.enable_determinism()\n\n# the model\nmodel = torch.nn.Linear(2, 2)\n"
+    )
+    # an existing ``import detaudit`` is reused
+    assert apply_edits(module, _hits(module, seed), {"detaudit": "detaudit"}).count("import detaudit") == 0
+
+
+def test_insertion_into_a_block_keeps_its_indentation():
+    module = cst.parse_module("import torch\nif __name__ == '__main__':\n    x = torch.rand(3)  # data\n")
+    use = module.body[1].body.body[0]
+    code = apply_edits(module, _hits(module, InsertStatement(use, "torch.manual_seed(0)", before=True)), {"torch": "torch"})
+    assert code == "import torch\nif __name__ == '__main__':\n    torch.manual_seed(0)\n    x = torch.rand(3)  # data\n"
+
+
+@pytest.mark.parametrize(
+    ("source", "expected"),
+    [
+        ("DataLoader(ds)", "DataLoader(ds, worker_init_fn=f, generator=g)"),
+        ("DataLoader(ds, batch_size = 4)", "DataLoader(ds, batch_size = 4, worker_init_fn = f, generator = g)"),
+        ("DataLoader(\n    ds,\n    batch_size=4,\n)", "DataLoader(\n    ds,\n    batch_size=4,\n    worker_init_fn=f,\n    generator=g,\n)"),
+        ("DataLoader(\n    ds,\n)", "DataLoader(\n    ds,\n    worker_init_fn=f,\n    generator=g,\n)"),
+        ("DataLoader(ds,\n           shuffle=True)", "DataLoader(ds,\n           shuffle=True,\n           worker_init_fn=f,\n           generator=g)"),
+        ("DataLoader()", "DataLoader(worker_init_fn=f, generator=g)"),
+    ],
+)
+def test_keyword_arguments_follow_the_call_layout(source, expected):
+    call = cst.parse_expression(source)
+    new = with_keyword_arguments(call, [("worker_init_fn", cst.Name("f")), ("generator", cst.Name("g"))])
+    assert cst.Module([]).code_for_node(new) == expected
+
+
+def test_an_edit_inside_a_replaced_node_waits_for_the_next_round():
+    module = cst.parse_module("import os\nfiles = list(os.listdir('.'))\n")
+    outer = module.body[1].body[0].value
+    inner = outer.args[0].value
+    hits = _hits(module, Replace(outer, wrapped_in_call(outer, "sorted")), Replace(inner, wrapped_in_call(inner, "sorted")))
+    assert apply_edits(module, hits, {"os": "os"}) == "import os\nfiles = sorted(list(os.listdir('.')))\n"
+
+
+# -- the command line ------------------------------------------------------------------------
+
+
+def detaudit(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    return subprocess.run(
+        [sys.executable, "-m", "detaudit", "check", "--no-cache", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=120
+    )
+
+
+def test_cli_diff_then_fix(tmp_path):
+    path = write(tmp_path / "train.py", HAZARD)
+    shown = detaudit("--diff", "train.py", cwd=tmp_path)
+    assert "+torch.backends.cudnn.benchmark = False  # keep this comment" in shown.stdout
+    assert path.read_text() == HAZARD
+    fixed = detaudit("--fix", "train.py", cwd=tmp_path)
+    assert fixed.returncode == 0, fixed.stderr
+    assert "Fixed 1 finding; 0 remaining." in fixed.stderr
+    assert path.read_text() == HAZARD_FIXED
