@@ -1,0 +1,163 @@
+"""Seeds drawn from a source that differs on every run (DET006 entropy-seed)."""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from detaudit.findings import Severity
+from detaudit.knowledge.apis import (
+    ENTROPY_CALLS,
+    ENTROPY_MODULE_PREFIXES,
+    RESEED_FROM_ENTROPY,
+    SEED_PARAMETERS,
+    SEEDED_BY_OS_WHEN_NONE,
+    SEEDING_METHODS,
+)
+from detaudit.static.facts import CallFact
+from detaudit.static.names import dotted_name
+from detaudit.static.rule import Invalid, Rule
+from detaudit.static.rules.ordering import is_string_expression
+
+#: Identifiers that hold text more often than numbers: ``hash(run_name)`` is
+#: salted per process, ``hash(seed)`` of an int is not.  A naming heuristic, so
+#: it only widens the string test for ``hash()`` arguments.
+_TEXT_NAME_PARTS = ("name", "path", "key", "str", "text", "file", "tag", "label", "word", "prefix")
+
+#: How far a seed expression is followed through ``x = ...`` assignments.
+_MAX_ALIAS_DEPTH = 3
+
+
+def _is_seed_name(target: cst.BaseExpression) -> bool:
+    name = dotted_name(target)
+    return name is not None and "seed" in name.rsplit(".", 1)[-1].lower()
+
+
+class EntropySeed(Rule):
+    code = "DET006"
+    name = "entropy-seed"
+    severity = Severity.ERROR
+    summary = "A seed is drawn from a nondeterministic source (clock, OS entropy, salted hash)."
+    rationale = """
+        A seed exists to make two runs draw the same random numbers.  A seed
+        taken from the clock (`time.time()`, `datetime.now()`), the OS
+        (`os.urandom`, `uuid4`, `secrets`, the process id) or from `hash()` of a
+        string (salted per process unless PYTHONHASHSEED is fixed before the
+        interpreter starts) is different on every run, and so are
+        `random.seed()` / `np.random.seed()` without an argument, `torch.seed()`,
+        and generators built without a seed (`np.random.default_rng()`,
+        `np.random.RandomState()`, `random.Random()`).  Note that
+        `torch.Generator()` is fine: it starts from a fixed default seed.
+        """
+    fix_hint = "Use a fixed seed (a constant or a `--seed` flag) and log it; to vary it, pass it in explicitly."
+    VALID = (
+        "import random, numpy as np, torch\nSEED = 0\nrandom.seed(SEED)\nnp.random.seed(SEED)\ntorch.manual_seed(SEED)\nrng = np.random.default_rng(SEED)\n",
+        # a generator created empty and seeded right after
+        "import random\nrng = random.Random()\nrng.seed(1234)\n",
+        # time is measured, not used as a seed
+        "import time, torch\ntorch.manual_seed(0)\nstart = time.time()\nelapsed = time.time() - start\n",
+        # hash() of an int is not salted
+        "import torch\ndef seed_for(epoch: int):\n    torch.manual_seed(hash(epoch))\n",
+        # torch.Generator() starts from a fixed default seed
+        "import torch\ng = torch.Generator()\nx = torch.randn(3, generator=g)\n",
+        # a seed passed in by the caller may be None, but that is the caller's choice
+        "import numpy as np\ndef make_rng(seed):\n    return np.random.default_rng(seed)\n",
+    )
+    INVALID = (
+        Invalid("import time, torch\ntorch.manual_seed(int(time.time()))\n", line=2, message="time.time()"),
+        Invalid("import random\nrandom.seed()\n", line=2, message="without a seed"),
+        Invalid("import numpy as np\nnp.random.seed(None)\n", line=2, message="without a seed"),
+        Invalid("import torch\ntorch.seed()\n", line=2, message="torch.seed()"),
+        Invalid("import numpy as np\nrng = np.random.default_rng()\n", line=2),
+        Invalid("import numpy\nstate = numpy.random.RandomState()\n", line=2),
+        Invalid("import random\nrng = random.Random()\n", line=2),
+        Invalid("import os, numpy as np\nnp.random.seed(int.from_bytes(os.urandom(4), 'little'))\n", line=2, message="os.urandom()"),
+        Invalid("import uuid, random\nrandom.seed(uuid.uuid4().int)\n", line=2, message="uuid.uuid4()"),
+        Invalid("import secrets, torch\ntorch.manual_seed(secrets.randbits(32))\n", line=2, message="secrets.randbits()"),
+        Invalid("from datetime import datetime\nimport torch\nseed = int(datetime.now().timestamp())\ntorch.manual_seed(seed)\n", line=3, message="datetime.datetime.now()"),
+        Invalid("import torch\ndef setup(run_name):\n    torch.manual_seed(hash(run_name) % 2**32)\n", line=3, message="hash()"),
+        Invalid("import argparse, time, torch\np = argparse.ArgumentParser()\nargs = p.parse_args()\nargs.seed = int(time.time())\n", line=4),
+        Invalid("import time, torch\nfrom transformers import TrainingArguments\nTrainingArguments('out', seed=int(time.time()))\n", line=3),
+        Invalid("import time, torch\ng = torch.Generator()\ng.manual_seed(time.time_ns())\n", line=3),
+    )
+
+    def __init__(self, context) -> None:
+        super().__init__(context)
+        #: (target, value) of assignments, read in finish() once the import table is complete
+        self._assignments: list[tuple[cst.BaseExpression, cst.BaseExpression]] = []
+
+    def visit_Assign(self, node: cst.Assign) -> None:
+        for target in node.targets:
+            self._assignments.append((target.target, node.value))
+
+    def visit_AnnAssign(self, node: cst.AnnAssign) -> None:
+        if node.value is not None:
+            self._assignments.append((node.target, node.value))
+
+    def finish(self) -> None:
+        reported: set[int] = set()
+        target_of_value = {id(value): dotted_name(target) for target, value in self._assignments}
+        seeded_later = {
+            dotted_name(call.node.func.value)
+            for call in self.facts.calls
+            if call.method in SEEDING_METHODS and call.node.args and isinstance(call.node.func, cst.Attribute)
+        }
+        for target, value in self._assignments:
+            source = self._entropy_source(value) if _is_seed_name(target) else None
+            if source is not None:
+                self._report_once(reported, value, f"`{dotted_name(target)}` is derived from {source}: it differs on every run.")
+        for call in self.facts.calls:
+            self._check_call(call, reported, target_of_value, seeded_later)
+
+    def _check_call(self, call: CallFact, reported: set[int], target_of_value: dict, seeded_later: set) -> None:
+        if call.qualname in RESEED_FROM_ENTROPY:
+            self._report_once(reported, call.node, f"{call.qualname}() reseeds from a nondeterministic number.")
+            return
+        seed_node = None
+        if call.qualname in SEED_PARAMETERS:
+            keyword, position = SEED_PARAMETERS[call.qualname]
+            seed_node = call.value_node(keyword, position)
+            unseeded = seed_node is None and not call.has_star_args and not call.node.args
+            if (unseeded or self.facts.evaluate(seed_node).is_(None)) and call.qualname in SEEDED_BY_OS_WHEN_NONE:
+                target = target_of_value.get(id(call.node))
+                if target is None or target not in seeded_later:  # ``rng = Random(); rng.seed(s)`` is seeded
+                    self._report_once(reported, call.node, f"{call.qualname}() without a seed draws its seed from the OS.")
+                return
+        elif call.method in SEEDING_METHODS:
+            seed_node = call.value_node(None, 0)
+        for node in (seed_node, *(a.value for a in call.node.args if a.keyword is not None and "seed" in a.keyword.value)):
+            source = self._entropy_source(node) if node is not None else None
+            if source is not None:
+                self._report_once(reported, call.node, f"seed derived from {source}: it differs on every run.")
+                return
+
+    def _report_once(self, reported: set[int], node: cst.CSTNode, message: str) -> None:
+        if id(node) not in reported:
+            reported.add(id(node))
+            self.report(node, message)
+
+    def _entropy_source(self, node: cst.CSTNode, depth: int = 0) -> str | None:
+        """A description of the run-dependent value ``node`` is computed from, if any."""
+        if isinstance(node, cst.Call):
+            qualname = self.facts.names.resolve(node.func)
+            if qualname is not None and (qualname in ENTROPY_CALLS or qualname.startswith(ENTROPY_MODULE_PREFIXES)):
+                return f"{qualname}()"
+            if qualname == "hash" and node.args and self._hashes_text(node.args[0].value):
+                return "hash() of a string (salted per process by PYTHONHASHSEED)"
+        if isinstance(node, cst.Name) and depth < _MAX_ALIAS_DEPTH and "seed" not in node.value.lower():
+            # a "seed" variable is reported where it is assigned
+            assigned = self.facts.simple_assignments.get(node.value)
+            if assigned and len(assigned) == 1:
+                return self._entropy_source(assigned[0], depth + 1)
+        for child in node.children:
+            source = self._entropy_source(child, depth)
+            if source is not None:
+                return source
+        return None
+
+    def _hashes_text(self, argument: cst.BaseExpression) -> bool:
+        if isinstance(argument, cst.Tuple):
+            return any(self._hashes_text(element.value) for element in argument.elements)
+        if is_string_expression(argument, self.facts):
+            return True
+        name = dotted_name(argument)
+        return name is not None and any(part in name.rsplit(".", 1)[-1].lower() for part in _TEXT_NAME_PARTS)
