@@ -6,6 +6,8 @@ Names are fully qualified dotted names as the static pass resolves them
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 # --- random number generators -------------------------------------------------
 
 #: The three global RNGs the seed rules track.
@@ -130,16 +132,100 @@ PYTHON_RANDOM_NON_DRAWING = frozenset(
 
 # --- determinism switches -----------------------------------------------------
 
-#: Calls that turn on deterministic algorithms (argument checks live in rules).
-DETERMINISM_ENABLERS = frozenset(
-    {
-        "detaudit.enable_determinism",
-        "detaudit.deterministic",
-        "detaudit.runtime.determinism.enable_determinism",
-        "detaudit.runtime.determinism.deterministic",
-        "transformers.enable_full_determinism",
-        "transformers.trainer_utils.enable_full_determinism",
-    }
+@dataclass(frozen=True)
+class DeterminismSwitch:
+    """A call that turns deterministic algorithms on or off.
+
+    ``argument``/``position``: where the on/off value goes (``argument=None``: the
+    call always turns them on); ``default``: that value when not passed;
+    ``warn_value``: a value of it meaning "on, but only warn";
+    ``warn_only``: (keyword, position, value) of a separate argument that makes
+    nondeterministic ops warn instead of raise;
+    ``sets_cublas_workspace``: the helper sets CUBLAS_WORKSPACE_CONFIG itself;
+    ``framework``: set for framework options (reported by framework-determinism-off).
+    """
+
+    argument: str | None = None
+    position: int | None = None
+    default: object = None
+    warn_value: object = None
+    warn_only: tuple[str, int | None, object] | None = None
+    sets_cublas_workspace: bool = False
+    framework: str | None = None
+
+
+USE_DETERMINISTIC_ALGORITHMS = "torch.use_deterministic_algorithms"
+SET_DETERMINISTIC_DEBUG_MODE = "torch.set_deterministic_debug_mode"
+#: ``set_deterministic_debug_mode`` values -> (deterministic algorithms on, warn only).
+DETERMINISTIC_DEBUG_MODES: dict[object, tuple[bool, bool]] = {
+    "default": (False, False), 0: (False, False),
+    "warn": (True, True), 1: (True, True),
+    "error": (True, False), 2: (True, False),
+}
+#: ``if torch.are_deterministic_algorithms_enabled():`` guards deterministic-mode code.
+DETERMINISM_QUERY = "torch.are_deterministic_algorithms_enabled"
+
+_LIGHTNING_TRAINER = DeterminismSwitch(
+    "deterministic", warn_value="warn", sets_cublas_workspace=True, framework="Lightning Trainer"
+)
+_HF_TRAINING_ARGUMENTS = DeterminismSwitch(
+    "full_determinism", default=False, sets_cublas_workspace=True, framework="transformers TrainingArguments"
+)
+#: Every call that switches deterministic algorithms (Lightning 2.6: ``Trainer``
+#: calls ``use_deterministic_algorithms(deterministic)`` whenever it is a bool and
+#: sets ``CUBLAS_WORKSPACE_CONFIG`` when on; transformers 5: ``set_seed(seed,
+#: deterministic)``, ``enable_full_determinism(seed, warn_only)`` which sets
+#: ``CUBLAS_WORKSPACE_CONFIG``, ``TrainingArguments(full_determinism=True)`` calls it).
+DETERMINISM_SWITCHES: dict[str, DeterminismSwitch] = {
+    USE_DETERMINISTIC_ALGORITHMS: DeterminismSwitch("mode", 0, warn_only=("warn_only", None, True)),
+    **{
+        name: _LIGHTNING_TRAINER
+        for name in (
+            "lightning.Trainer", "lightning.pytorch.Trainer", "lightning.pytorch.trainer.Trainer",
+            "lightning.pytorch.trainer.trainer.Trainer", "pytorch_lightning.Trainer",
+            "pytorch_lightning.trainer.Trainer", "pytorch_lightning.trainer.trainer.Trainer",
+        )
+    },
+    **{
+        name: _HF_TRAINING_ARGUMENTS
+        for name in (
+            "transformers.TrainingArguments", "transformers.Seq2SeqTrainingArguments",
+            "transformers.training_args.TrainingArguments",
+            "transformers.training_args_seq2seq.Seq2SeqTrainingArguments",
+            "trl.SFTConfig", "trl.DPOConfig", "trl.GRPOConfig",
+        )
+    },
+    "transformers.set_seed": DeterminismSwitch("deterministic", 1, default=False),
+    "transformers.trainer_utils.set_seed": DeterminismSwitch("deterministic", 1, default=False),
+    "accelerate.utils.set_seed": DeterminismSwitch("deterministic", 2, default=False),
+    "accelerate.utils.random.set_seed": DeterminismSwitch("deterministic", 2, default=False),
+    "transformers.enable_full_determinism": DeterminismSwitch(warn_only=("warn_only", 1, True), sets_cublas_workspace=True),
+    "transformers.trainer_utils.enable_full_determinism": DeterminismSwitch(warn_only=("warn_only", 1, True), sets_cublas_workspace=True),
+    "detaudit.enable_determinism": DeterminismSwitch(warn_only=("strict", 0, False), sets_cublas_workspace=True),
+    "detaudit.runtime.determinism.enable_determinism": DeterminismSwitch(warn_only=("strict", 0, False), sets_cublas_workspace=True),
+    "detaudit.deterministic": DeterminismSwitch(warn_only=("strict", 1, False), sets_cublas_workspace=True),
+    "detaudit.runtime.determinism.deterministic": DeterminismSwitch(warn_only=("strict", 1, False), sets_cublas_workspace=True),
+}
+
+#: Calls that turn on deterministic algorithms (whatever their arguments say).
+DETERMINISM_ENABLERS = frozenset(name for name, switch in DETERMINISM_SWITCHES.items() if switch.argument is None)
+
+#: Backend settings that make one library pick deterministic kernels (and nothing else).
+LIBRARY_DETERMINISM_SETTINGS = frozenset({"torch.backends.cudnn.deterministic", "torch.backends.mkldnn.deterministic"})
+
+#: Framework options that turn cuDNN autotuning on (Lightning ``Trainer(benchmark=True)``).
+FRAMEWORK_BENCHMARK_OPTIONS: dict[str, str] = {name: "benchmark" for name, s in DETERMINISM_SWITCHES.items() if s is _LIGHTNING_TRAINER}
+#: Framework options that hold the training seed (a seed from entropy disables seeding).
+FRAMEWORK_SEED_OPTIONS: dict[str, tuple[str, ...]] = {
+    name: ("seed", "data_seed") for name, s in DETERMINISM_SWITCHES.items() if s is _HF_TRAINING_ARGUMENTS
+}
+
+#: Where a training script builds its optimiser: ``torch.optim.<Class>(...)``.
+TORCH_OPTIMIZER_NAMESPACE = "torch.optim"
+#: Framework trainers: constructing one makes a file a training script.
+TRAINER_CLASSES = frozenset(
+    {name for name, s in DETERMINISM_SWITCHES.items() if s is _LIGHTNING_TRAINER}
+    | {"transformers.Trainer", "transformers.Seq2SeqTrainer", "trl.SFTTrainer", "accelerate.Accelerator"}
 )
 
 # --- backend settings ---------------------------------------------------------
@@ -197,6 +283,18 @@ BACKEND_ATTRIBUTES: dict[str, frozenset[str]] = {
     ),
     "torch.backends.cudnn.conv": frozenset({"fp32_precision"}),
     "torch.backends.cudnn.rnn": frozenset({"fp32_precision"}),
+    # torch.backends.cuda is a plain module: an unknown attribute is silently created
+    "torch.backends.cuda": frozenset(
+        {"matmul", "cufft_plan_cache", "preferred_linalg_library", "preferred_blas_library",
+         "preferred_rocm_fa_library", "is_built", "SDPAParams", "SDPBackend", "sdp_kernel",
+         "flash_sdp_enabled", "enable_flash_sdp", "mem_efficient_sdp_enabled", "enable_mem_efficient_sdp",
+         "math_sdp_enabled", "enable_math_sdp", "cudnn_sdp_enabled", "enable_cudnn_sdp",
+         "allow_fp16_bf16_reduction_math_sdp", "fp16_bf16_reduction_math_sdp_allowed",
+         "can_use_flash_attention", "can_use_efficient_attention", "can_use_cudnn_attention",
+         "is_flash_attention_available", "is_ck_sdpa_available", "cuBLASModule", "cuFFTPlanCache",
+         "cuFFTPlanCacheManager", "cuFFTPlanCacheAttrContextProp", "blas_workspace_size",
+         "cublas_workspace_size", "cublaslt_workspace_size"}
+    ),
     "torch.backends.cuda.matmul": frozenset(
         {"allow_tf32", "allow_fp16_reduced_precision_reduction",
          "allow_bf16_reduced_precision_reduction", "allow_fp16_accumulation", "fp32_precision"}
@@ -220,3 +318,80 @@ BACKEND_ATTRIBUTES: dict[str, frozenset[str]] = {
 CUBLAS_WORKSPACE_CONFIG_REQUIRED_BEFORE = (2, 10)
 #: The values torch's old check accepted; the first is what fixes set.
 CUBLAS_WORKSPACE_CONFIG_VALUES = (":4096:8", ":16:8")
+
+# --- torch.compile autotuning (compile-autotune) ----------------------------------
+
+#: ``torch.compile`` modes that pick kernels by timing them (torch 2.13
+#: ``torch._inductor.list_mode_options``: max_autotune + coordinate_descent_tuning).
+COMPILE_AUTOTUNE_MODES = frozenset({"max-autotune", "max-autotune-no-cudagraphs"})
+INDUCTOR_CONFIG = "torch._inductor.config"
+#: Inductor options that benchmark candidate kernels and keep the fastest.
+INDUCTOR_AUTOTUNE_OPTIONS = frozenset(
+    {"max_autotune", "max_autotune_gemm", "max_autotune_pointwise", "coordinate_descent_tuning"}
+)
+#: Environment variables that turn those options on ("1").
+INDUCTOR_AUTOTUNE_ENVIRONMENT = frozenset(
+    {"TORCHINDUCTOR_MAX_AUTOTUNE", "TORCHINDUCTOR_MAX_AUTOTUNE_GEMM",
+     "TORCHINDUCTOR_MAX_AUTOTUNE_POINTWISE", "TORCHINDUCTOR_COORDINATE_DESCENT_TUNING"}
+)
+#: Inductor's deterministic mode picks a kernel without timing (select_algorithm.py);
+#: ``use_deterministic_algorithms(True)`` turns it on too (torch 2.13 ``torch/__init__.py``).
+INDUCTOR_DETERMINISTIC_OPTIONS = frozenset({"deterministic", "batch_invariant"})
+INDUCTOR_DETERMINISTIC_ENVIRONMENT = frozenset({"TORCHINDUCTOR_DETERMINISTIC", "TORCHINDUCTOR_BATCH_INVARIANT"})
+
+# --- TensorFlow / Keras and JAX (DET040-049; never imported, matched by name) ------
+
+#: Calls that seed TensorFlow's global RNG (``keras.utils.set_random_seed`` seeds
+#: Python, NumPy and the backend).
+TF_SEEDING_FUNCTIONS = frozenset(
+    {"tensorflow.random.set_seed", "tensorflow.set_random_seed", "tensorflow.compat.v1.set_random_seed",
+     "tensorflow.compat.v1.random.set_random_seed", "tensorflow.keras.utils.set_random_seed",
+     "keras.utils.set_random_seed", "tf_keras.utils.set_random_seed"}
+)
+#: Calls that make TensorFlow ops deterministic (TF >= 2.8; ops without a
+#: deterministic GPU kernel raise instead).
+TF_DETERMINISM_ENABLERS = frozenset(
+    {"tensorflow.config.experimental.enable_op_determinism", "tensorflow.config.enable_op_determinism"}
+)
+#: Environment variables that request deterministic TF GPU ops (TF 2.1-2.8 spelling,
+#: still honoured), with the values that turn them on.
+TF_DETERMINISM_ENVIRONMENT = frozenset({"TF_DETERMINISTIC_OPS", "TF_CUDNN_DETERMINISTIC"})
+TRUTHY_ENVIRONMENT_VALUES = frozenset({"1", "true", "True", "TRUE", "yes"})
+#: Calls that make a file TensorFlow/Keras training code.
+TF_TRAINING_CALLS = frozenset({"tensorflow.GradientTape"})
+TF_TRAINING_PREFIXES = ("tensorflow.keras.optimizers.", "tensorflow.optimizers.", "keras.optimizers.", "tf_keras.optimizers.")
+#: ``model.fit(...)``-style methods count only in files that import one of these.
+TF_TRAINING_METHODS = frozenset({"fit", "train_on_batch"})
+TF_MODULES = ("tensorflow", "keras", "tf_keras")
+
+#: JAX PRNG key constructors and where the seed goes.
+JAX_KEY_CONSTRUCTORS = frozenset({"jax.random.PRNGKey", "jax.random.key"})
+#: JAX training: gradient transforms and optimiser libraries.
+JAX_TRAINING_CALLS = frozenset({"jax.grad", "jax.value_and_grad"})
+JAX_TRAINING_PREFIXES = ("optax.",)
+#: XLA flags that make GPU ops deterministic (openxla/xla docs/determinism.md;
+#: ``--xla_gpu_deterministic_ops`` also turns autotuning off, PR #12520).
+XLA_FLAGS_VARIABLE = "XLA_FLAGS"
+XLA_DETERMINISM_FLAGS = ("--xla_gpu_deterministic_ops", "--xla_gpu_exclude_nondeterministic_ops")
+#: A flag prefix that says the flags configure a GPU run.
+XLA_GPU_FLAG_PREFIX = "--xla_gpu_"
+
+# --- seed rules (missing-*-seed, conditional-seed, seed-after-use) ---------------
+
+#: Restoring a saved RNG state (resuming from a checkpoint) makes the following
+#: draws as reproducible as seeding does.
+RNG_STATE_RESTORERS: dict[str, frozenset[str]] = {
+    "torch.set_rng_state": frozenset({TORCH}),
+    "torch.random.set_rng_state": frozenset({TORCH}),
+    "numpy.random.set_state": frozenset({NUMPY}),
+    "random.setstate": frozenset({PYTHON}),
+}
+#: A torch draw given ``generator=`` draws from that generator, not the global RNG.
+GENERATOR_KEYWORD = "generator"
+#: A model builder given one of these loads weights instead of drawing random ones
+#: (``resnet50(weights="DEFAULT")``, ``timm.create_model(name, pretrained=True)``).
+PRETRAINED_WEIGHTS_KEYWORDS = ("weights", "pretrained")
+#: Names under TORCH_RANDOM_MODEL_PREFIXES that build no model.
+TORCH_MODEL_NON_BUILDERS = frozenset({"list_models", "get_model_weights", "get_weight", "get_model_builder"})
+#: ``DataLoader(dataset, batch_size, shuffle, ...)``: where ``shuffle`` goes.
+DATALOADER_SHUFFLE_PARAMETER = ("shuffle", 2)

@@ -6,3 +6,5 @@ DET030-039 data order and loading · DET040-049 TensorFlow/Keras and JAX.
 """
 
 from detaudit.static.rules import backends, parse_error  # noqa: F401
+from detaudit.static.rules import determinism  # noqa: F401
+from detaudit.static.rules import backend_flags  # noqa: F401

@@ -1,0 +1,107 @@
+"""How fast is `detaudit check` next to a bare `libcst.parse_module` loop?
+
+Corpus: the Python sources of the installed torch package (thousands of real
+files nobody here wrote), copied to a temporary project so the cache lands there.
+Everything is measured in one run, side by side, and printed as ratios:
+
+- bare libcst parse, one core: lines per CPU-second
+- detaudit check, cold (no cache): files/s wall, lines per CPU-second (all
+  processes), CPU ratio to the bare parse
+- detaudit check, warm (unchanged tree): wall seconds
+- one-file check, interpreter start included: a training script (parsed) and a
+  file that needs no parse
+
+    python bench/static_speed.py [--files 1000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import resource
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def corpus(limit: int) -> list[Path]:
+    import importlib.util
+
+    torch_dir = Path(importlib.util.find_spec("torch").origin).parent
+    files = sorted(p for p in torch_dir.rglob("*.py") if p.stat().st_size < 2 * 1024 * 1024)
+    return files[:limit]
+
+
+def children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def run_detaudit(args: list[str], cwd: Path) -> tuple[float, float]:
+    """(wall seconds, CPU seconds of the process and its workers)."""
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    cpu_before, started = children_cpu(), time.perf_counter()
+    subprocess.run([sys.executable, "-m", "detaudit", *args], cwd=cwd, env=env, check=False,
+                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return time.perf_counter() - started, children_cpu() - cpu_before
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--files", type=int, default=1000, help="how many torch source files (default 1000)")
+    options = parser.parse_args()
+
+    files = corpus(options.files)
+    with tempfile.TemporaryDirectory() as scratch:
+        project = Path(scratch)
+        (project / "pyproject.toml").write_text("[project]\nname = 'corpus'\n")
+        texts = []
+        for index, source in enumerate(files):
+            target = project / "src" / f"{index:05d}_{source.name}"
+            target.parent.mkdir(exist_ok=True)
+            shutil.copyfile(source, target)
+            texts.append(target.read_text(encoding="utf-8", errors="replace"))
+        lines = sum(t.count("\n") for t in texts)
+
+        import libcst
+
+        parse_started = time.process_time()
+        for text in texts:
+            try:
+                libcst.parse_module(text)
+            except Exception:
+                pass
+        bare_cpu = time.process_time() - parse_started
+
+        check = ["check", "src", "--format", "json", "--exit-zero"]
+        cold_wall, cold_cpu = run_detaudit([*check, "--no-cache"], project)
+        shutil.rmtree(project / ".detaudit_cache", ignore_errors=True)
+        run_detaudit(check, project)  # fills the cache
+        warm_wall, warm_cpu = run_detaudit(check, project)
+
+        script = REPO / "fixtures" / "static" / "backends" / "spellings.py"
+        one_file = project / "train.py"
+        shutil.copyfile(script, one_file)
+        no_parse = project / "util.py"
+        no_parse.write_text("def add(a, b):\n    return a + b\n" * 50)
+        one_wall, _ = min(run_detaudit(["check", "--no-cache", "--exit-zero", "train.py"], project) for _ in range(3))
+        skip_wall, _ = min(run_detaudit(["check", "--no-cache", "--exit-zero", "util.py"], project) for _ in range(3))
+
+    cores = os.cpu_count() or 1
+    print(f"corpus: {len(files)} torch source files, {lines:,} lines; {cores} cores")
+    print(f"bare libcst.parse_module (1 core)   : {lines / bare_cpu:10,.0f} lines/CPU-s  ({bare_cpu:.1f} CPU-s)")
+    print(f"detaudit check cold, no cache       : {lines / cold_cpu:10,.0f} lines/CPU-s  ({cold_cpu:.1f} CPU-s, "
+          f"{cold_wall:.1f} s wall, {len(files) / cold_wall:,.0f} files/s)")
+    print(f"  CPU ratio detaudit / bare parse   : {cold_cpu / bare_cpu:10.2f}x   (target <= 1.5x)")
+    print(f"detaudit check warm (cache)         : {warm_wall:10.2f} s wall ({warm_cpu:.2f} CPU-s)   (target < 0.5 s for 1,000 files)")
+    print(f"one file, parsed, incl. interpreter : {one_wall:10.2f} s wall   (target < 0.8 s)")
+    print(f"one file, no parse needed           : {skip_wall:10.2f} s wall   (target < 0.15 s)")
+
+
+if __name__ == "__main__":
+    main()
