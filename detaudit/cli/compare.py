@@ -79,5 +79,5 @@ def run_compare(args) -> int:
     for c in comparisons:
         ignored = len(a[c.metric]) + len(b[c.metric]) - 2 * len(c.paired_seeds) if c.paired else 0
         note = f" ({ignored} result(s) without a matching seed ignored)" if ignored else ""
-        console.print(f"[bold]{c.metric}[/]: {c.verdict()}{note}", highlight=False)
+        console.print(f"[bold]{c.metric}[/]: {c.verdict()}{note}", highlight=False, soft_wrap=True)
     return 0

@@ -160,7 +160,7 @@ class ProbeReport:
                 "compare models over several seeds, or make training deterministic."
             )
         return (
-            f"stable to one ULP: the one-ULP run ended at {share:.1%} of a reseed's distance"
+            f"stable to one ULP: the one-ULP run ended at {share:.2g} of a reseed's distance from the baseline"
             f"{disagreement}; small numerical noise does not grow into a different model at this length "
             "(longer training often changes this)."
         )
@@ -231,7 +231,7 @@ def render(report: ProbeReport, console, max_steps_shown: int = 8) -> None:
         table.add_row(f"{name}: first differing step", str(step), str(report.reseed.first_differing_step.get(name)))
     console.print(table)
     _render_history(report, console, max_steps_shown)
-    console.print(f"[bold]{report.conclusion()}[/]", highlight=False)
+    console.print(f"[bold]{report.conclusion()}[/]", highlight=False, soft_wrap=True)
 
 
 def _render_history(report: ProbeReport, console, max_steps_shown: int) -> None:

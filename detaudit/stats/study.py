@@ -214,9 +214,15 @@ class Study:
         return [run for run in shard_of(plan(self.settings), shard) if run.run_id not in done]
 
     def append(self, record: RunRecord, shard: tuple[int, int] | None = None) -> None:
-        with open(_records_file(self.folder, shard), "a", encoding="utf-8") as stream:
-            stream.write(json.dumps(asdict(record)) + "\n")
-            stream.flush()
+        path = _records_file(self.folder, shard)
+        line = json.dumps(asdict(record)) + "\n"
+        with open(path, "ab+") as stream:
+            stream.seek(0, os.SEEK_END)
+            if stream.tell():
+                stream.seek(-1, os.SEEK_END)
+                if stream.read(1) != b"\n":  # a line torn by a kill: do not glue this record to it
+                    line = "\n" + line
+            stream.write(line.encode("utf-8"))
 
     def write_tables(self) -> list[Path]:
         """``runs.json`` (everything) and ``runs.csv`` (one row per run,

@@ -180,21 +180,23 @@ def render(summary: VarianceSummary, console) -> None:
         )
     console.print(table)
     for metric in summary.metrics:
-        console.print(f"[bold]{metric.name}[/]: {metric.plain_words()}")
+        console.print(f"[bold]{metric.name}[/]: {metric.plain_words()}", soft_wrap=True)
     for name, per_arm in summary.disagreement.items():
         parts = [f"{ARM_TITLES[arm]} {value:.2%}" for arm, value in per_arm.items()]
-        console.print(f"predictions [bold]{name}[/]: average pairwise disagreement: {', '.join(parts) or 'n/a'}")
+        console.print(f"predictions [bold]{name}[/]: average pairwise disagreement: {', '.join(parts) or 'n/a'}", soft_wrap=True)
     verdict = summary.determinism_proven
     if verdict is True:
         console.print(
             "[green]Deterministic mode: the fixed-seed arm collapsed to a single value for every metric "
-            "(std_fixed = 0 exactly) — determinism works for this script.[/]"
+            "(std_fixed = 0 exactly) — determinism works for this script.[/]",
+            soft_wrap=True,
         )
     elif verdict is False:
         spread = ", ".join(m.name for m in summary.metrics if not m.fixed.collapsed)
         console.print(
             f"[red]Deterministic mode did NOT make the fixed-seed runs identical ({spread}): "
-            "something escapes it; audit the script with the dynamic pass.[/]"
+            "something escapes it; audit the script with the dynamic pass.[/]",
+            soft_wrap=True,
         )
     for record in summary.failed:
         console.print(f"[red]run {record.run_id} (seed {record.seed}) {record.status}[/]")
