@@ -37,7 +37,7 @@ def seed_everything(seed: int, *, workers: bool = True) -> int:
     global _last_seed
     seed = check_seed(seed)
     random.seed(seed)
-    numpy = _numpy_or_none()
+    numpy = numpy_or_none()
     if numpy is not None:
         numpy.random.seed(seed)
     import torch
@@ -70,7 +70,7 @@ def seed_worker(worker_id: int) -> None:
     # would produce the very same stream from the same seed.
     random.seed(derive_seed("random", *worker_key))
     torch.manual_seed(derive_seed("torch", *worker_key))
-    numpy = _numpy_or_none()
+    numpy = numpy_or_none()
     if numpy is not None:
         numpy.random.seed(derive_seed("numpy", *worker_key) & MAX_SEED)
 
@@ -88,6 +88,12 @@ def make_generator(seed: int):
 def last_seed() -> int | None:
     """The seed of the last ``seed_everything`` call in this process, if any."""
     return _last_seed
+
+
+def set_last_seed(seed: int | None) -> None:
+    """Put back what ``last_seed()`` reports (used when ``deterministic`` restores)."""
+    global _last_seed
+    _last_seed = seed
 
 
 def check_seed(seed: object) -> int:
@@ -131,7 +137,7 @@ def hash_seed_problem() -> str | None:
     return None
 
 
-def _numpy_or_none():
+def numpy_or_none():
     try:
         import numpy
     except ImportError:
