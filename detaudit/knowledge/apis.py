@@ -215,10 +215,12 @@ LIBRARY_DETERMINISM_SETTINGS = frozenset({"torch.backends.cudnn.deterministic", 
 
 #: Framework options that turn cuDNN autotuning on (Lightning ``Trainer(benchmark=True)``).
 FRAMEWORK_BENCHMARK_OPTIONS: dict[str, str] = {name: "benchmark" for name, s in DETERMINISM_SWITCHES.items() if s is _LIGHTNING_TRAINER}
-#: Framework options that hold the training seed (a seed from entropy disables seeding).
-FRAMEWORK_SEED_OPTIONS: dict[str, tuple[str, ...]] = {
-    name: ("seed", "data_seed") for name, s in DETERMINISM_SWITCHES.items() if s is _HF_TRAINING_ARGUMENTS
-}
+
+#: Context managers under which no autograd graph is built (backward-only hazards cannot occur).
+NO_GRAD_CONTEXTS = frozenset(
+    {"torch.no_grad", "torch.inference_mode", "torch.autograd.no_grad", "torch.autograd.inference_mode",
+     "torch.autograd.grad_mode.no_grad", "torch.autograd.grad_mode.inference_mode"}
+)
 
 #: Where a training script builds its optimiser: ``torch.optim.<Class>(...)``.
 TORCH_OPTIMIZER_NAMESPACE = "torch.optim"
@@ -395,3 +397,14 @@ PRETRAINED_WEIGHTS_KEYWORDS = ("weights", "pretrained")
 TORCH_MODEL_NON_BUILDERS = frozenset({"list_models", "get_model_weights", "get_weight", "get_model_builder"})
 #: ``DataLoader(dataset, batch_size, shuffle, ...)``: where ``shuffle`` goes.
 DATALOADER_SHUFFLE_PARAMETER = ("shuffle", 2)
+
+# --- what ``detaudit check --fix`` inserts (detaudit's runtime helpers) ------------
+
+#: The module fixes import, and its helpers they call.
+FIX_MODULE = "detaudit"
+FIX_SEEDING_CALL = "detaudit.seed_everything"  # seeds random, numpy and torch
+FIX_DETERMINISM_CALL = "detaudit.enable_determinism"
+FIX_WORKER_INIT_FN = "detaudit.seed_worker"
+FIX_GENERATOR_FACTORY = "detaudit.make_generator"
+#: The seed a fix passes when the file names none.
+FIX_DEFAULT_SEED = 0
