@@ -5,8 +5,8 @@ Speed matters (a pre-commit hook runs this on every commit), so the engine
 - walks each tree once: the fact collector and every rule with visitor methods
   share a batched walk, and most rules only read the collected facts,
 - resolves names with its own import table (``names.py``), and
-- computes source positions (libcst's PositionProvider costs about twice the
-  parse) only for files that have findings.
+- locates reported nodes by their own text, falling back to libcst's
+  PositionProvider (about twice the parse) only for ambiguous nodes.
 """
 
 from __future__ import annotations
@@ -166,16 +166,71 @@ def _syntax_error_location(text: str, error: "cst.ParserSyntaxError") -> tuple[s
     return f"syntax error: {error.message}", error.raw_line, error.raw_column + 1
 
 
-def _collect_findings(context: FileContext, result: FileResult) -> None:
-    from libcst.metadata import MetadataWrapper, PositionProvider
+@dataclass(frozen=True)
+class _Span:
+    start_line: int
+    start_column: int  # 0-based, like libcst's
+    end_line: int
+    end_column: int
 
-    positions = MetadataWrapper(context.module, unsafe_skip_copy=True).resolve(PositionProvider)
+
+def _span_from_text(module: "cst.Module", text: str, node: "cst.CSTNode") -> _Span | None:
+    """Locate ``node`` by its own source text, which libcst reproduces exactly.
+
+    When that text occurs exactly once in the file, its offset is the node's
+    position.  This costs a small codegen and a string search, against a full
+    position-tracking codegen of the module (about twice the parse) for
+    libcst's PositionProvider, which stays the fallback for ambiguous nodes.
+    """
+    snippet = module.code_for_node(node)
+    snippet = snippet.strip()
+    if not snippet:
+        return None
+    offset = text.find(snippet)
+    if offset < 0 or text.find(snippet, offset + 1) >= 0:
+        return None
+    end = offset + len(snippet)
+    start_line = text.count("\n", 0, offset) + 1
+    end_line = start_line + snippet.count("\n")
+    return _Span(
+        start_line,
+        offset - (text.rfind("\n", 0, offset) + 1),
+        end_line,
+        end - (text.rfind("\n", 0, end) + 1),
+    )
+
+
+def _spans(context: FileContext) -> dict[int, _Span]:
+    """Positions of every reported node, by id."""
+    module, text = context.module, context.source.text
+    spans: dict[int, _Span] = {}
+    unresolved = []
+    for hit in context.hits:
+        if id(hit.node) in spans:
+            continue
+        span = _span_from_text(module, text, hit.node)
+        if span is None:
+            unresolved.append(hit.node)
+        else:
+            spans[id(hit.node)] = span
+    if unresolved:
+        from libcst.metadata import MetadataWrapper, PositionProvider
+
+        positions = MetadataWrapper(module, unsafe_skip_copy=True).resolve(PositionProvider)
+        for node in unresolved:
+            p = positions[node]
+            spans[id(node)] = _Span(p.start.line, p.start.column, p.end.line, p.end.column)
+    return spans
+
+
+def _collect_findings(context: FileContext, result: FileResult) -> None:
+    spans = _spans(context)
     lines = context.source.text.splitlines()
     seen: set[tuple] = set()
     for hit in context.hits:
-        span = positions[hit.node]
-        cell, line = context.source.locate(span.start.line)
-        _, end_line = context.source.locate(span.end.line)
+        span = spans[id(hit.node)]
+        cell, line = context.source.locate(span.start_line)
+        _, end_line = context.source.locate(span.end_line)
         finding = Finding(
             code=hit.rule.code,
             name=hit.rule.name,
@@ -183,16 +238,16 @@ def _collect_findings(context: FileContext, result: FileResult) -> None:
             message=hit.message,
             path=context.display_path,
             line=line,
-            column=span.start.column + 1,
+            column=span.start_column + 1,
             end_line=end_line,
-            end_column=span.end.column + 1,
+            end_column=span.end_column + 1,
             fix_hint=hit.rule.fix_hint,
             cell=cell,
         )
         if finding in seen:
             continue
         seen.add(finding)
-        source_line = lines[span.start.line - 1] if span.start.line <= len(lines) else ""
+        source_line = lines[span.start_line - 1] if span.start_line <= len(lines) else ""
         suppression = suppression_for(finding, source_line, result.messages)
         if suppression is None:
             result.findings.append(finding)
