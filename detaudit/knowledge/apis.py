@@ -42,6 +42,8 @@ SEEDING_FUNCTIONS: dict[str, frozenset[str]] = {
             "mmengine.runner.set_random_seed",
             "torch_geometric.seed_everything",
             "torch_geometric.seed.seed_everything",
+            "torch_geometric.seed_everything",
+            "torch_geometric.seed.seed_everything",
             "detaudit.seed_everything",
             "detaudit.runtime.seeding.seed_everything",
         )
@@ -441,3 +443,23 @@ FIX_WORKER_INIT_FN = "detaudit.seed_worker"
 FIX_GENERATOR_FACTORY = "detaudit.make_generator"
 #: The seed a fix passes when the file names none.
 FIX_DEFAULT_SEED = 0
+
+# --- seed rules (missing-*-seed, conditional-seed, seed-after-use) ---------------
+
+#: Restoring a saved RNG state (resuming from a checkpoint) makes the following
+#: draws as reproducible as seeding does.
+RNG_STATE_RESTORERS: dict[str, frozenset[str]] = {
+    "torch.set_rng_state": frozenset({TORCH}),
+    "torch.random.set_rng_state": frozenset({TORCH}),
+    "numpy.random.set_state": frozenset({NUMPY}),
+    "random.setstate": frozenset({PYTHON}),
+}
+#: A torch draw given ``generator=`` draws from that generator, not the global RNG.
+GENERATOR_KEYWORD = "generator"
+#: A model builder given one of these loads weights instead of drawing random ones
+#: (``resnet50(weights="DEFAULT")``, ``timm.create_model(name, pretrained=True)``).
+PRETRAINED_WEIGHTS_KEYWORDS = ("weights", "pretrained")
+#: Names under TORCH_RANDOM_MODEL_PREFIXES that build no model.
+TORCH_MODEL_NON_BUILDERS = frozenset({"list_models", "get_model_weights", "get_weight", "get_model_builder"})
+#: ``DataLoader(dataset, batch_size, shuffle, ...)``: where ``shuffle`` goes.
+DATALOADER_SHUFFLE_PARAMETER = ("shuffle", 2)

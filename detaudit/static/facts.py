@@ -245,6 +245,7 @@ class FactCollector(cst.BatchableCSTVisitor):
         self.facts = facts
         self._functions: list[str] = []
         self._classes: list[str] = []
+        self._enclosing: list[str] = []  # class and function names, outermost first
         self._conditions: list[cst.CSTNode] = []
         self._outer_conditions: list[list[cst.CSTNode]] = []  # saved while inside a def
         self._main_guard_depth = 0
@@ -263,7 +264,7 @@ class FactCollector(cst.BatchableCSTVisitor):
 
     def _scope(self) -> Scope:
         return Scope(
-            function=".".join(self._functions) if self._functions else None,
+            function=".".join(self._enclosing) if self._functions else None,
             conditions=tuple(self._conditions),
             in_main_guard=self._main_guard_depth > 0,
             top_level_index=self._current_top,
@@ -282,11 +283,13 @@ class FactCollector(cst.BatchableCSTVisitor):
         if qualified is not None:
             self.facts.functions.setdefault(qualified, node)
         self._functions.append(node.name.value)
+        self._enclosing.append(node.name.value)
         self._outer_conditions.append(self._conditions)
         self._conditions = []
 
     def leave_FunctionDef(self, original_node: cst.FunctionDef) -> None:
         self._functions.pop()
+        self._enclosing.pop()
         self._conditions = self._outer_conditions.pop()
 
     def visit_ClassDef(self, node: cst.ClassDef) -> None:
@@ -294,9 +297,11 @@ class FactCollector(cst.BatchableCSTVisitor):
         if not self._functions:
             self.facts.classes.setdefault(".".join([*self._classes, node.name.value]), node)
         self._classes.append(node.name.value)
+        self._enclosing.append(node.name.value)
 
     def leave_ClassDef(self, original_node: cst.ClassDef) -> None:
         self._classes.pop()
+        self._enclosing.pop()
 
     def _enter_top(self, node: cst.CSTNode) -> None:
         index = self._top_index.get(id(node))

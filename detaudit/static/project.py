@@ -1,0 +1,475 @@
+"""What calls do to the global RNGs, across the functions of a file and its project.
+
+Seeding often lives in a helper (``utils.fix_random_seeds(0)``, ``from .misc
+import set_seed``) and the first draw often happens inside a class of another
+module (``from model import GPT; GPT(config)`` builds random layers).  This
+module answers "which global RNGs does this call seed, and which does it draw
+from?" for any call: a known API (``detaudit.knowledge.apis``), a function or
+class of the same file, or one of a project-local module.  Project modules are
+parsed (never imported or run) with the engine's own fact collector, summarised
+once per content hash, and every file an answer depends on is named with its
+hash so that a result cache can tell when an edit to ``utils.py`` makes the
+cached result of ``train.py`` stale.
+
+An event (a seed or a draw) under an ``if`` whose test is known to be false by
+default (``if args.seed is not None:`` with ``default=None``) does not happen in
+a default run, so it does not count.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import sys
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+from typing import Iterable, Iterator
+
+import libcst as cst
+
+from detaudit.knowledge.apis import (
+    DATA_API_ALIASES,
+    DATALOADER,
+    DATALOADER_SHUFFLE_PARAMETER,
+    GENERATOR_KEYWORD,
+    NUMPY,
+    NUMPY_RANDOM_NON_DRAWING,
+    PRETRAINED_WEIGHTS_KEYWORDS,
+    PYTHON,
+    PYTHON_RANDOM_NON_DRAWING,
+    RNG_STATE_RESTORERS,
+    SEEDING_FUNCTIONS,
+    SEEDING_NEEDS_ARGUMENT,
+    SEEDING_WHEN_SEED_GIVEN,
+    TORCH,
+    TORCH_MODEL_NON_BUILDERS,
+    TORCH_RANDOM_FUNCTIONS,
+    TORCH_RANDOM_LAYERS,
+    TORCH_RANDOM_METHODS,
+    TORCH_RANDOM_MODEL_PREFIXES,
+    TORCH_RANDOM_TRANSFORM_PREFIXES,
+    TORCH_RANDOM_TRANSFORMS,
+)
+from detaudit.static.facts import CallFact, FactCollector, FileFacts, StaticValue
+from detaudit.static.names import dotted_name
+from detaudit.static.sources import MAX_FILE_BYTES, UnreadableSource, decode_python
+
+#: Nested helpers deeper than this are not followed (re-export chains, call chains).
+MAX_DEPTH = 12
+
+
+def content_hash(data: bytes) -> str:
+    """The digest the result cache validates dependencies with."""
+    return hashlib.blake2b(data, digest_size=16).hexdigest()
+
+
+@dataclass(frozen=True)
+class Effects:
+    """What running a call does to the global RNGs (in a default run)."""
+
+    seeds: frozenset[str] = frozenset()
+    #: RNG -> the API that draws from it (``"torch.nn.Linear"``), first one found
+    draws: tuple[tuple[str, str], ...] = ()
+    #: project files this answer was read from: (path, content hash)
+    files: frozenset[tuple[str, str]] = frozenset()
+
+    def draw_of(self, rng: str) -> str | None:
+        return next((api for r, api in self.draws if r == rng), None)
+
+    def __or__(self, other: "Effects") -> "Effects":
+        draws = self.draws + tuple(d for d in other.draws if self.draw_of(d[0]) is None)
+        return Effects(self.seeds | other.seeds, draws, self.files | other.files)
+
+
+NOTHING = Effects()
+
+
+def _draw(rng: str, api: str) -> Effects:
+    return Effects(draws=((rng, api),))
+
+
+def combine(effects: Iterable[Effects]) -> Effects:
+    total = NOTHING
+    for effect in effects:
+        total = total | effect
+    return total
+
+
+# --- one call to a known API ----------------------------------------------------
+
+
+def api_effects(call: CallFact, facts: FileFacts, imports_torch: bool) -> Effects | None:
+    """Effects of ``call`` when its callee is a known API, else None."""
+    qualname = call.qualname
+    if qualname is not None:
+        seeded = SEEDING_FUNCTIONS.get(qualname) or RNG_STATE_RESTORERS.get(qualname)
+        if seeded is not None:
+            return Effects(seeds=seeded) if _seed_is_given(call, qualname, facts) else NOTHING
+        seeded = SEEDING_WHEN_SEED_GIVEN.get(qualname)
+        if seeded is not None:
+            seed = call.value_node("seed")
+            return Effects(seeds=seeded) if seed is not None and not _is_literal_none(seed, facts) else NOTHING
+        drawn = _known_draw(call, qualname, facts)
+        if drawn is not None:
+            return drawn
+    if imports_torch and call.method in TORCH_RANDOM_METHODS and not _uses_own_generator(call, facts):
+        if qualname is None or qualname.startswith("torch."):
+            return _draw(TORCH, f".{call.method}()")
+    return None
+
+
+def _seed_is_given(call: CallFact, qualname: str, facts: FileFacts) -> bool:
+    """``random.seed()`` without a value (or with ``None``) seeds from the OS."""
+    if qualname not in SEEDING_NEEDS_ARGUMENT:
+        return True
+    return bool(call.node.args) and not _is_literal_none(call.node.args[0].value, facts)
+
+
+def _is_literal_none(node: cst.BaseExpression, facts: FileFacts) -> bool:
+    """None written in the code; a flag's ``None`` default is usually guarded by
+    ``if args.seed is not None`` (conditional-seed's business)."""
+    value = facts.evaluate(node)
+    return value.is_(None) and value.flag is None
+
+
+def _uses_own_generator(call: CallFact, facts: FileFacts) -> bool:
+    generator = call.value_node(GENERATOR_KEYWORD)
+    return generator is not None and not facts.evaluate(generator).is_(None)
+
+
+def _known_draw(call: CallFact, qualname: str, facts: FileFacts) -> Effects | None:
+    head, _, attribute = qualname.rpartition(".")
+    if head == "numpy.random" and attribute not in NUMPY_RANDOM_NON_DRAWING and not attribute.startswith("_"):
+        return _draw(NUMPY, qualname)
+    if head == "random" and attribute not in PYTHON_RANDOM_NON_DRAWING and not attribute.startswith("_"):
+        return _draw(PYTHON, qualname)
+    if not qualname.startswith(("torch", "timm")):
+        return None
+    if _uses_own_generator(call, facts):
+        return NOTHING
+    if qualname in TORCH_RANDOM_FUNCTIONS or qualname in TORCH_RANDOM_LAYERS or qualname in TORCH_RANDOM_TRANSFORMS:
+        return _draw(TORCH, qualname)
+    if qualname.startswith(TORCH_RANDOM_TRANSFORM_PREFIXES):
+        return _draw(TORCH, qualname)
+    if DATA_API_ALIASES.get(qualname, qualname) == DATALOADER:
+        shuffle = facts.evaluate(call.value_node(*DATALOADER_SHUFFLE_PARAMETER))
+        return _draw(TORCH, "DataLoader(shuffle=True)") if shuffle.truthy else NOTHING
+    if qualname.startswith(TORCH_RANDOM_MODEL_PREFIXES) and _builds_random_model(call, qualname, facts):
+        return _draw(TORCH, qualname)
+    return None
+
+
+def _builds_random_model(call: CallFact, qualname: str, facts: FileFacts) -> bool:
+    parts = qualname.split(".")
+    if parts[-1] in TORCH_MODEL_NON_BUILDERS or any("Weights" in part for part in parts):
+        return False
+    for keyword in PRETRAINED_WEIGHTS_KEYWORDS:
+        value = call.value_node(keyword)
+        # an unknown value may well load weights: only a known "no weights" draws
+        if value is not None and not facts.evaluate(value).falsy:
+            return False
+    return True
+
+
+# --- a whole module ---------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class OffByDefault:
+    """An ``if`` whose branch holding a call does not run by default."""
+
+    node: cst.If
+    value: StaticValue
+
+
+class ModuleSummary:
+    """The RNG effects of the functions and classes of one parsed module."""
+
+    def __init__(self, facts: FileFacts, path: Path, digest: str | None, index: "ProjectIndex | None") -> None:
+        self.facts = facts
+        self.path = path
+        #: (path, hash) of this file when it is a project module (None: the checked file)
+        self.own_file = frozenset({(str(path), digest)}) if digest is not None else frozenset()
+        self.index = index
+        self.imports_torch = facts.imports_module("torch")
+        self.calls_by_function: dict[str | None, list[CallFact]] = {}
+        for call in facts.calls:
+            self.calls_by_function.setdefault(call.scope.function, []).append(call)
+        self._memo: dict[str, Effects] = {}
+        self._in_progress: set[str] = set()
+        self._orelse_calls: dict[int, frozenset[int]] = {}
+
+    # -- conditions ---------------------------------------------------------------
+
+    def off_by_default(self, call: CallFact) -> OffByDefault | None:
+        """The ``if`` that keeps ``call`` from running by default, if any."""
+        for condition in call.scope.conditions:
+            if not isinstance(condition, cst.If):
+                continue
+            value = self.facts.evaluate(condition.test)
+            if not value.known:
+                continue
+            in_else = id(call.node) in self._calls_in_else(condition)
+            if bool(value.value) == in_else:
+                return OffByDefault(condition, value)
+        return None
+
+    def _calls_in_else(self, node: cst.If) -> frozenset[int]:
+        found = self._orelse_calls.get(id(node))
+        if found is None:
+            collector = _CallIds()
+            if node.orelse is not None:
+                node.orelse.visit(collector)
+            found = self._orelse_calls[id(node)] = frozenset(collector.ids)
+        return found
+
+    # -- calls --------------------------------------------------------------------
+
+    def call_effects(self, call: CallFact, depth: int = 0) -> Effects:
+        """What ``call`` does to the RNGs: a known API, a local function or class, a project helper."""
+        known = api_effects(call, self.facts, self.imports_torch)
+        if known is not None:
+            return known
+        local = self.local_target(call)
+        if local is not None:
+            kind, name = local
+            effects_of = {"function": self.function_effects, "class": self.class_effects, "bases": self.bases_effects}
+            return effects_of[kind](name, depth + 1)
+        if call.qualname is not None and self.index is not None:
+            return self.index.effects(call.qualname, self.path, depth + 1) or NOTHING
+        return NOTHING
+
+    def is_known_api(self, call: CallFact) -> bool:
+        return api_effects(call, self.facts, self.imports_torch) is not None
+
+    def local_target(self, call: CallFact) -> tuple[str, str] | None:
+        """("function" | "class" | "bases", qualified name) for calls to this module's own code."""
+        func = call.node.func
+        caller = call.scope.function
+        if isinstance(func, cst.Attribute) and caller is not None:
+            owner = caller.rpartition(".")[0]
+            if isinstance(func.value, cst.Name) and func.value.value == "self" and f"{owner}.{func.attr.value}" in self.facts.functions:
+                return "function", f"{owner}.{func.attr.value}"
+            if _is_super_call(func.value) and func.attr.value == "__init__" and owner in self.facts.classes:
+                return "bases", owner
+        name = dotted_name(func)
+        if name is None or self.facts.names.is_bound(name.partition(".")[0]):
+            return None
+        if caller is not None and f"{caller}.{name}" in self.calls_by_function:
+            return "function", f"{caller}.{name}"  # a nested helper
+        if name in self.facts.functions:
+            return "function", name
+        if name in self.facts.classes:
+            return "class", name
+        return None
+
+    def calls_of(self, function: str | None) -> list[CallFact]:
+        return self.calls_by_function.get(function, [])
+
+    # -- functions and classes -------------------------------------------------------
+
+    def function_effects(self, name: str, depth: int = 0) -> Effects:
+        return self._memoized(f"def {name}", depth, lambda: self._body_effects(name, depth))
+
+    def class_effects(self, name: str, depth: int = 0) -> Effects:
+        """Instantiating class ``name`` runs its ``__init__`` (or its bases')."""
+        init = f"{name}.__init__"
+        if init in self.facts.functions:
+            return self.function_effects(init, depth)
+        return self.bases_effects(name, depth)
+
+    def bases_effects(self, name: str, depth: int = 0) -> Effects:
+        return self._memoized(f"bases {name}", depth, lambda: self._construct_bases(name, depth))
+
+    def _memoized(self, key: str, depth: int, compute) -> Effects:
+        known = self._memo.get(key)
+        if known is not None:
+            return known
+        if key in self._in_progress or depth > MAX_DEPTH:
+            return self.own_file_effects  # recursion: the outer computation has the rest
+        self._in_progress.add(key)
+        try:
+            result = self._memo[key] = compute() | self.own_file_effects
+        finally:
+            self._in_progress.discard(key)
+        return result
+
+    def forget(self) -> None:
+        """Drop memoised effects (another module they were read from changed)."""
+        self._memo.clear()
+
+    @property
+    def own_file_effects(self) -> Effects:
+        return Effects(files=self.own_file)
+
+    def _body_effects(self, function: str, depth: int) -> Effects:
+        return combine(
+            self.call_effects(call, depth) for call in self.calls_of(function) if self.off_by_default(call) is None
+        )
+
+    def _construct_bases(self, name: str, depth: int) -> Effects:
+        effects = NOTHING
+        for base in self.facts.classes[name].bases:
+            base_name = dotted_name(base.value)
+            if base_name is None:
+                continue
+            if base_name in self.facts.classes and not self.facts.names.is_bound(base_name.partition(".")[0]):
+                effects |= self.class_effects(base_name, depth + 1)
+                continue
+            qualname = self.facts.names.resolve(base.value)
+            if qualname in TORCH_RANDOM_LAYERS:
+                effects |= _draw(TORCH, qualname)
+            elif qualname is not None and self.index is not None:
+                effects |= self.index.effects(qualname, self.path, depth + 1) or NOTHING
+        return effects
+
+    def export_effects(self, attribute: str, depth: int) -> Effects | None:
+        """Effects of calling ``module.<attribute>`` from another module."""
+        if attribute in self.facts.functions:
+            return self.function_effects(attribute, depth)
+        if attribute in self.facts.classes:
+            return self.class_effects(attribute, depth)
+        first, _, rest = attribute.partition(".")
+        bound = self.facts.names.bindings().get(first)
+        if bound is not None and self.index is not None:  # re-exported: ``from .seeding import set_seed``
+            target = f"{bound}.{rest}" if rest else bound
+            known = SEEDING_FUNCTIONS.get(target)
+            if known is not None:
+                return Effects(seeds=known, files=self.own_file)
+            found = self.index.effects(target, self.path, depth + 1)
+            return (found or NOTHING) | self.own_file_effects
+        return self.own_file_effects
+
+
+def _is_super_call(node: cst.BaseExpression) -> bool:
+    return isinstance(node, cst.Call) and isinstance(node.func, cst.Name) and node.func.value == "super"
+
+
+class _CallIds(cst.CSTVisitor):
+    def __init__(self) -> None:
+        super().__init__()
+        self.ids: set[int] = set()
+
+    def visit_Call(self, node: cst.Call) -> None:
+        self.ids.add(id(node))
+
+
+# --- the project ------------------------------------------------------------------
+
+
+@dataclass
+class _CachedModule:
+    digest: str
+    summary: ModuleSummary | None  # None: not parseable
+
+
+@dataclass
+class ProjectIndex:
+    """Project-local modules under ``root``, parsed on demand and cached per content hash."""
+
+    root: Path
+    _modules: dict[Path, _CachedModule] = field(default_factory=dict)
+    _locations: dict[tuple[Path, tuple[str, ...]], Path | None] = field(default_factory=dict)
+    #: path -> ((mtime_ns, size), digest): re-hash a file only when it changed on disk
+    _digests: dict[Path, tuple[tuple[int, int], str]] = field(default_factory=dict)
+
+    def effects(self, qualname: str, importer: Path, depth: int = 0) -> Effects | None:
+        """Effects of calling ``qualname`` (as resolved in ``importer``), when it names
+        a function or class of a project module; None when it is not project code."""
+        if depth > MAX_DEPTH:
+            return None
+        dots = len(qualname) - len(qualname.lstrip("."))
+        parts = tuple(qualname[dots:].split("."))
+        if not dots and parts[0] in sys.stdlib_module_names:
+            return None
+        for path, attribute in self._candidates(parts, dots, importer):
+            summary = self.summary(path)
+            if summary is None:
+                digest = self._digest(path)
+                return Effects(files=frozenset({(str(path), digest)})) if digest else None
+            effects = summary.export_effects(attribute, depth)
+            if effects is not None and not self._still_valid(effects):
+                for cached in self._modules.values():
+                    if cached.summary is not None:
+                        cached.summary.forget()
+                effects = summary.export_effects(attribute, depth)
+            return effects
+        return None
+
+    def _candidates(self, parts: tuple[str, ...], dots: int, importer: Path) -> Iterator[tuple[Path, str]]:
+        """(module file, attribute path) for each way to split ``parts``; longest module first."""
+        if dots:
+            base = importer.parent
+            for _ in range(dots - 1):
+                base = base.parent
+            bases = [base]
+            shortest = 0  # ``from . import set_seed``: the package's __init__.py
+        else:
+            bases = list(dict.fromkeys([importer.parent, self.root, self.root / "src"]))
+            shortest = 1
+        for split in range(len(parts) - 1, shortest - 1, -1):
+            for base in bases:
+                path = self._module_file(base, parts[:split])
+                if path is not None and path != importer:
+                    yield path, ".".join(parts[split:])
+                    return
+
+    def _module_file(self, base: Path, module: tuple[str, ...]) -> Path | None:
+        key = (base, module)
+        if key not in self._locations:
+            stem = base.joinpath(*module)
+            found = None
+            for candidate in (stem.with_name(stem.name + ".py") if module else None, stem / "__init__.py"):
+                if candidate is not None and candidate.is_file():
+                    found = candidate
+                    break
+            self._locations[key] = found
+        return self._locations[key]
+
+    def summary(self, path: Path) -> ModuleSummary | None:
+        digest = self._digest(path)
+        cached = self._modules.get(path)
+        if cached is None or cached.digest != digest:
+            cached = self._modules[path] = _CachedModule(digest or "", self._parse(path, digest))
+        return cached.summary
+
+    def _parse(self, path: Path, digest: str | None) -> ModuleSummary | None:
+        if digest is None:
+            return None
+        try:
+            data = path.read_bytes()
+            if len(data) > MAX_FILE_BYTES:
+                return None
+            module = cst.parse_module(decode_python(data))
+            facts = FileFacts()
+            cst.visit_batched(module, [FactCollector(facts, module)])
+        except (OSError, UnreadableSource, cst.ParserSyntaxError, RecursionError, ValueError):
+            return None
+        return ModuleSummary(facts, path, digest, self)
+
+    def _digest(self, path: Path) -> str | None:
+        try:
+            stat = path.stat()
+            key = (stat.st_mtime_ns, stat.st_size)
+            cached = self._digests.get(path)
+            if cached is not None and cached[0] == key:
+                return cached[1]
+            digest = content_hash(path.read_bytes())
+        except OSError:
+            return None
+        self._digests[path] = (key, digest)
+        return digest
+
+    def _still_valid(self, effects: Effects) -> bool:
+        """Memoised effects name the file versions they were read from."""
+        return all(self._digest(Path(path)) == digest for path, digest in effects.files)
+
+
+@lru_cache(maxsize=None)
+def _index_for(root: Path) -> ProjectIndex:
+    return ProjectIndex(root)
+
+
+def project_index(root: Path) -> ProjectIndex:
+    """The project index of ``root``, shared by every check in this process."""
+    return _index_for(Path(root).resolve())

@@ -1,0 +1,192 @@
+"""The seed rules on realistic scripts: each hazard at its exact line, each look-alike silent.
+
+Fixture lines that must be reported carry ``# expect: RULE-NAME``; every other
+line must stay free of seed findings.
+"""
+
+from __future__ import annotations
+
+import re
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from detaudit.static.engine import check_file, check_source
+
+FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "static"
+SEED_RULES = {"missing-torch-seed", "missing-numpy-seed", "missing-python-seed", "conditional-seed", "seed-after-use"}
+_EXPECT = re.compile(r"#\s*expect:\s*(?P<names>[a-z0-9, -]+)")
+
+
+def expected_findings(path: Path) -> set[tuple[str, int]]:
+    expected = set()
+    for number, line in enumerate(path.read_text().splitlines(), start=1):
+        match = _EXPECT.search(line)
+        if match:
+            expected |= {(name.strip(), number) for name in match.group("names").split(",")}
+    return expected
+
+
+def seed_findings(path: Path, project_root: Path) -> set[tuple[str, int]]:
+    result = check_file(path, str(path), project_root)
+    return {(f.name, f.line) for f in result.findings if f.name in SEED_RULES}
+
+
+SCRIPTS = sorted((FIXTURES / "seeds").glob("*.py"))
+PROJECT_SCRIPTS = sorted(p for p in (FIXTURES / "project").rglob("*.py"))
+
+
+@pytest.mark.parametrize("path", SCRIPTS, ids=lambda p: p.name)
+def test_script_fixture_reports_exactly_the_expected_lines(path):
+    assert seed_findings(path, path.parent) == expected_findings(path)
+
+
+@pytest.mark.parametrize("path", PROJECT_SCRIPTS, ids=lambda p: str(p.relative_to(FIXTURES / "project")))
+def test_project_fixture_reports_exactly_the_expected_lines(path):
+    assert seed_findings(path, FIXTURES / "project") == expected_findings(path)
+
+
+def test_fixtures_cover_every_seed_rule():
+    covered = {name for path in SCRIPTS + PROJECT_SCRIPTS for name, _ in expected_findings(path)}
+    assert covered == SEED_RULES
+
+
+def _names(code: str) -> list[tuple[str, int]]:
+    result = check_source(textwrap.dedent(code), "train.py")
+    return [(f.name, f.line) for f in result.findings if f.name in SEED_RULES]
+
+
+def test_each_rng_is_reported_once_at_its_first_draw():
+    code = """\
+        import torch
+        a = torch.randn(3)
+        b = torch.rand(3)
+        layer = torch.nn.Linear(2, 2)
+    """
+    assert _names(code) == [("missing-torch-seed", 2)]
+
+
+def test_message_names_the_call_and_the_drawing_api():
+    code = """\
+        import torch
+        from torch import nn
+
+        class Net(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.body = Block()
+
+        class Block(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.drop = nn.Dropout(0.5)
+
+        net = Net()
+    """
+    [finding] = [f for f in check_source(textwrap.dedent(code), "train.py").findings if f.code == "DET001"]
+    assert finding.line == 14
+    assert "`Net()`" in finding.message and "torch.nn.Dropout" in finding.message
+
+
+def test_subclass_of_a_random_layer_draws_when_built():
+    code = """\
+        import torch
+
+        class Head(torch.nn.Linear):
+            pass
+
+        head = Head(4, 2)
+    """
+    assert _names(code) == [("missing-torch-seed", 6)]
+
+
+def test_seed_inside_a_method_called_through_self_counts():
+    code = """\
+        import random
+
+        class Trainer:
+            def __init__(self, seed):
+                self.seed_all(seed)
+
+            def seed_all(self, seed):
+                random.seed(seed)
+
+        trainer = Trainer(0)
+        random.shuffle([1, 2, 3])
+    """
+    assert _names(code) == []
+
+
+def test_draw_only_in_an_uncalled_function_of_a_script_is_not_reported():
+    code = """\
+        import torch
+
+        def debug_noise():
+            return torch.randn(3)
+
+        if __name__ == "__main__":
+            print("nothing random runs")
+    """
+    assert _names(code) == []
+
+
+def test_seeding_in_the_else_branch_of_a_default_on_switch_is_conditional():
+    code = """\
+        import argparse
+        import torch
+
+        p = argparse.ArgumentParser()
+        p.add_argument("--random-init", action="store_false", dest="fixed_init")
+        args = p.parse_args()
+        if args.fixed_init:
+            pass
+        else:
+            torch.manual_seed(0)
+        x = torch.rand(3)
+    """
+    assert _names(code) == [("conditional-seed", 10)]
+
+
+def test_draw_under_a_default_off_branch_is_not_a_draw():
+    code = """\
+        import argparse
+        import torch
+
+        p = argparse.ArgumentParser()
+        p.add_argument("--noise", action="store_true")
+        args = p.parse_args()
+        if args.noise:
+            x = torch.rand(3)
+    """
+    assert _names(code) == []
+
+
+def test_seed_after_use_follows_main_into_its_helpers():
+    code = """\
+        import torch
+
+        def build():
+            return torch.nn.Linear(2, 2)
+
+        def main():
+            model = build()
+            torch.manual_seed(0)
+
+        if __name__ == "__main__":
+            main()
+    """
+    assert _names(code) == [("seed-after-use", 4)]
+
+
+def test_a_seed_before_the_draw_in_a_branch_that_may_run_is_trusted():
+    code = """\
+        import os
+        import torch
+
+        if os.environ.get("SEED"):
+            torch.manual_seed(int(os.environ["SEED"]))
+        x = torch.rand(2)
+        torch.manual_seed(1)
+    """
+    assert _names(code) == []
