@@ -31,7 +31,7 @@ from detaudit.knowledge.apis import (
     FULL_MATMUL_PRECISION,
 )
 from detaudit.runtime import DeterminismWarning
-from detaudit.runtime.environment import torch_attribute
+from detaudit.runtime.environment import torch_attribute, version_tuple
 from detaudit.runtime.seeding import check_seed, seed_everything
 
 
@@ -220,7 +220,7 @@ def _cublas_workspace_switches(torch: Any, notes: list[str]) -> list[Switch]:
     if torch.version.cuda is None:
         notes.append("CUBLAS_WORKSPACE_CONFIG: not needed (this torch has no CUDA)")
         return []
-    if torch_version(torch) >= CUBLAS_WORKSPACE_CONFIG_REQUIRED_BEFORE:
+    if version_tuple(torch.__version__) >= CUBLAS_WORKSPACE_CONFIG_REQUIRED_BEFORE:
         required = ".".join(map(str, CUBLAS_WORKSPACE_CONFIG_REQUIRED_BEFORE))
         notes.append(f"CUBLAS_WORKSPACE_CONFIG: not needed on torch >= {required} (pytorch/pytorch#161749)")
         return []
@@ -289,9 +289,3 @@ def _remember_rng_states(changes: DeterminismChanges) -> None:
         changes.remember(torch.cuda.set_rng_state_all, torch.cuda.get_rng_state_all())
     changes.remember(_environment_switch(seeding.GLOBAL_SEED_ENV_VAR, "").write, os.environ.get(seeding.GLOBAL_SEED_ENV_VAR))
     changes.remember(seeding.set_last_seed, seeding.last_seed())
-
-
-def torch_version(torch: Any) -> tuple[int, int]:
-    """``(major, minor)`` of this torch (``"2.9.0a0+git..."`` -> ``(2, 9)``)."""
-    major, minor = torch.__version__.split(".")[:2]
-    return int(major), int("".join(ch for ch in minor if ch.isdigit()) or 0)

@@ -61,6 +61,8 @@ def fingerprint(*, initialize_cuda: bool = False) -> dict[str, Any]:
     result: dict[str, Any] = {
         "python.version": platform.python_version(),
         "platform": platform.platform(),
+        # 0 only when PYTHONHASHSEED=0 was set before the interpreter started
+        "python.hash_randomization": bool(sys.flags.hash_randomization),
     }
     try:
         import torch
@@ -84,6 +86,12 @@ def environment_variables() -> dict[str, str | None]:
     names = list(DETERMINISM_ENV_VARS)
     names += sorted(n for n in os.environ if n.startswith(DETERMINISM_ENV_PREFIXES))
     return {f"env.{name}": os.environ.get(name) for name in names}
+
+
+def version_tuple(version: str) -> tuple[int, int]:
+    """``(major, minor)`` of a version string (``"2.9.0a0+git1234"`` -> ``(2, 9)``)."""
+    major, minor = (version.split(".") + ["0"])[:2]
+    return int(major), int("".join(ch for ch in minor if ch.isdigit()) or 0)
 
 
 def is_error(value: Any) -> bool:

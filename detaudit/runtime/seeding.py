@@ -50,7 +50,7 @@ def seed_everything(seed: int, *, workers: bool = True) -> int:
     _last_seed = seed
     problem = hash_seed_problem()
     if problem:
-        warnings.warn(problem, DeterminismWarning, stacklevel=2)
+        warnings.warn(f"{problem} {HOW_TO_SET_HASH_SEED}", DeterminismWarning, stacklevel=2)
     return seed
 
 
@@ -122,19 +122,26 @@ def distributed_rank() -> int:
 
 def hash_seed_problem() -> str | None:
     """Why ``hash()`` of str/bytes differs between runs of this interpreter, or None."""
-    value = os.environ.get("PYTHONHASHSEED", "")
-    how = (
-        "It cannot be changed inside a running interpreter: start Python with it, "
-        "e.g. `PYTHONHASHSEED=0 python train.py`, or export it in the job script or Dockerfile."
-    )
-    if value in ("", "random"):
+    return describe_hash_seed(os.environ.get("PYTHONHASHSEED"), bool(sys.flags.hash_randomization))
+
+
+def describe_hash_seed(value: str | None, hash_randomization: bool) -> str | None:
+    """The problem with a process whose PYTHONHASHSEED is ``value`` and whose
+    interpreter flag ``sys.flags.hash_randomization`` is as given, or None."""
+    if value in (None, "", "random"):
         return (
             "PYTHONHASHSEED is not set, so hash() of str/bytes and the iteration order "
-            f"of sets of strings change from run to run. {how}"
+            "of sets of strings change from run to run."
         )
-    if value == "0" and sys.flags.hash_randomization:
-        return f"PYTHONHASHSEED=0 was set after this interpreter started and has no effect. {how}"
+    if value == "0" and hash_randomization:
+        return "PYTHONHASHSEED=0 was set after the interpreter started and has no effect."
     return None
+
+
+HOW_TO_SET_HASH_SEED = (
+    "It cannot be changed inside a running interpreter: start Python with it, "
+    "e.g. `PYTHONHASHSEED=0 python train.py`, or export it in the job script or Dockerfile."
+)
 
 
 def numpy_or_none():
