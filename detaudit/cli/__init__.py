@@ -24,6 +24,7 @@ SUBCOMMANDS = (
     "instability",
     "ops",
     "calibrate",
+    "status",
 )
 
 
