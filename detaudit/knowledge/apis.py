@@ -370,8 +370,6 @@ TF_TRAINING_PREFIXES = ("tensorflow.keras.optimizers.", "tensorflow.optimizers."
 TF_TRAINING_METHODS = frozenset({"fit", "train_on_batch"})
 TF_MODULES = ("tensorflow", "keras", "tf_keras")
 
-#: JAX PRNG key constructors and where the seed goes.
-JAX_KEY_CONSTRUCTORS = frozenset({"jax.random.PRNGKey", "jax.random.key"})
 #: JAX training: gradient transforms and optimiser libraries.
 JAX_TRAINING_CALLS = frozenset({"jax.grad", "jax.value_and_grad"})
 JAX_TRAINING_PREFIXES = ("optax.",)
@@ -412,54 +410,3 @@ FIX_WORKER_INIT_FN = "detaudit.seed_worker"
 FIX_GENERATOR_FACTORY = "detaudit.make_generator"
 #: The seed a fix passes when the file names none.
 FIX_DEFAULT_SEED = 0
-
-# --- seed rules (missing-*-seed, conditional-seed, seed-after-use) ---------------
-
-#: Restoring a saved RNG state (resuming from a checkpoint) makes the following
-#: draws as reproducible as seeding does.
-RNG_STATE_RESTORERS: dict[str, frozenset[str]] = {
-    "torch.set_rng_state": frozenset({TORCH}),
-    "torch.random.set_rng_state": frozenset({TORCH}),
-    "numpy.random.set_state": frozenset({NUMPY}),
-    "random.setstate": frozenset({PYTHON}),
-}
-#: A torch draw given ``generator=`` draws from that generator, not the global RNG.
-GENERATOR_KEYWORD = "generator"
-#: A model builder given one of these loads weights instead of drawing random ones
-#: (``resnet50(weights="DEFAULT")``, ``timm.create_model(name, pretrained=True)``).
-PRETRAINED_WEIGHTS_KEYWORDS = ("weights", "pretrained")
-#: Names under TORCH_RANDOM_MODEL_PREFIXES that build no model.
-TORCH_MODEL_NON_BUILDERS = frozenset({"list_models", "get_model_weights", "get_weight", "get_model_builder"})
-#: ``DataLoader(dataset, batch_size, shuffle, ...)``: where ``shuffle`` goes.
-DATALOADER_SHUFFLE_PARAMETER = ("shuffle", 2)
-
-# --- what ``detaudit check --fix`` inserts (detaudit's runtime helpers) ------------
-
-#: The module fixes import, and its helpers they call.
-FIX_MODULE = "detaudit"
-FIX_SEEDING_CALL = "detaudit.seed_everything"  # seeds random, numpy and torch
-FIX_DETERMINISM_CALL = "detaudit.enable_determinism"
-FIX_WORKER_INIT_FN = "detaudit.seed_worker"
-FIX_GENERATOR_FACTORY = "detaudit.make_generator"
-#: The seed a fix passes when the file names none.
-FIX_DEFAULT_SEED = 0
-
-# --- seed rules (missing-*-seed, conditional-seed, seed-after-use) ---------------
-
-#: Restoring a saved RNG state (resuming from a checkpoint) makes the following
-#: draws as reproducible as seeding does.
-RNG_STATE_RESTORERS: dict[str, frozenset[str]] = {
-    "torch.set_rng_state": frozenset({TORCH}),
-    "torch.random.set_rng_state": frozenset({TORCH}),
-    "numpy.random.set_state": frozenset({NUMPY}),
-    "random.setstate": frozenset({PYTHON}),
-}
-#: A torch draw given ``generator=`` draws from that generator, not the global RNG.
-GENERATOR_KEYWORD = "generator"
-#: A model builder given one of these loads weights instead of drawing random ones
-#: (``resnet50(weights="DEFAULT")``, ``timm.create_model(name, pretrained=True)``).
-PRETRAINED_WEIGHTS_KEYWORDS = ("weights", "pretrained")
-#: Names under TORCH_RANDOM_MODEL_PREFIXES that build no model.
-TORCH_MODEL_NON_BUILDERS = frozenset({"list_models", "get_model_weights", "get_weight", "get_model_builder"})
-#: ``DataLoader(dataset, batch_size, shuffle, ...)``: where ``shuffle`` goes.
-DATALOADER_SHUFFLE_PARAMETER = ("shuffle", 2)

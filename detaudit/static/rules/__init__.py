@@ -10,3 +10,4 @@ from detaudit.static.rules import determinism  # noqa: F401
 from detaudit.static.rules import seeds  # noqa: F401
 from detaudit.static.rules import backend_flags  # noqa: F401
 from detaudit.static.rules import ops  # noqa: F401
+from detaudit.static.rules import tensorflow_jax  # noqa: F401

@@ -32,7 +32,7 @@ from detaudit.knowledge.apis import (
     TRUTHY_ENVIRONMENT_VALUES,
     DeterminismSwitch,
 )
-from detaudit.static.edits import Replace
+from detaudit.static.edits import Replace, determinism_fix
 from detaudit.static.facts import UNKNOWN, CallFact, FileFacts, SettingWrite, StaticValue
 from detaudit.static.rule import Invalid, Rule
 
@@ -172,17 +172,23 @@ def describe_call(call: CallFact) -> str:
 
 
 def is_training_script(facts: FileFacts) -> CallFact | None:
-    """The call that makes this file a training script (an optimiser built, a
-    ``.backward()``, a framework trainer), or None.  Library modules (no main
-    guard and no such call at module level) are not scripts: whoever imports
-    them decides about determinism."""
-    evidence = [c for c in facts.calls if _is_training_call(facts, c)]
+    """The call that makes this file a PyTorch training script (an optimiser
+    built, a ``.backward()``, a framework trainer), or None."""
+    return script_evidence(facts, lambda call: _is_training_call(facts, call), prefer=lambda call: call.method != "backward")
+
+
+def script_evidence(facts: FileFacts, is_evidence, prefer=lambda call: True) -> CallFact | None:
+    """The first call satisfying ``is_evidence`` (one satisfying ``prefer`` if
+    any) when the file is a script, else None.  Library modules (no main guard
+    and no such call at module level) are not scripts: whoever imports them
+    decides about seeds and determinism."""
+    evidence = [c for c in facts.calls if is_evidence(c)]
     if not evidence:
         return None
     if not facts.has_main_guard and not any(c.scope.at_module_level for c in evidence):
         return None
-    optimizers = [c for c in evidence if c.method != "backward"]
-    return (optimizers or evidence)[0]
+    preferred = [c for c in evidence if prefer(c)]
+    return (preferred or evidence)[0]
 
 
 def _is_training_call(facts: FileFacts, call: CallFact) -> bool:
@@ -255,6 +261,7 @@ class DeterminismNotRequested(Rule):
             evidence.node,
             "training script never enables deterministic algorithms: nondeterministic kernels "
             "(atomicAdd scatter/index ops, pooling/upsampling backward, cuDNN algorithm choice) run silently.",
+            fix=determinism_fix(self, evidence),
         )
 
 
