@@ -363,7 +363,9 @@ class OpsTable:
         ``method_name`` the attribute called on an object of unknown type
         (``index_add_``).  Matches whose conditions are false are dropped;
         matches that need facts the call site lacks come back with
-        ``certain=False``.
+        ``certain=False``.  ``torch_version`` keeps only the behaviours of that
+        version (see :func:`installed_torch_version`); None keeps every version
+        the table covers.
         """
         arguments = arguments or CallArguments()
         candidates: list[tuple[OpEntry, Spelling, int, bool]] = []
@@ -434,6 +436,17 @@ def alert_caller(message: str) -> str | None:
 
 
 # --- versions ----------------------------------------------------------------
+
+
+def installed_torch_version() -> str | None:
+    """The installed torch's version from its package metadata (torch itself is
+    not imported), for ``match_call(torch_version=...)``; None without torch."""
+    from importlib import metadata
+
+    try:
+        return metadata.version("torch")
+    except metadata.PackageNotFoundError:
+        return None
 
 _VERSION_CLAUSE = re.compile(r"^(>=|<=|==|>|<)\s*(\d+(?:\.\d+)*)$")
 
