@@ -2,9 +2,10 @@
 
 Each subcommand lives in its own module of this package, exposing
 ``add_parser(subparsers)``; the parser it adds sets ``handler`` to a function
-``(args) -> exit code``.  Subcommand modules import heavy dependencies (torch,
-numpy, libcst) inside their handlers, never at module level, so that building
-the parser stays cheap for every command.
+``(args) -> exit code``.  Only the chosen subcommand's module is imported, so
+``detaudit check`` never pays for (or breaks with) the dynamic pass's CLI, and
+subcommand modules import heavy dependencies (torch, numpy, libcst) inside
+their handlers.
 """
 
 from __future__ import annotations
@@ -15,37 +16,43 @@ import sys
 
 from detaudit import __version__
 
-SUBCOMMANDS = (
-    "check",
-    "rules",
-    "run",
-    "variance",
-    "compare",
-    "instability",
-    "ops",
-    "calibrate",
-    "status",
-)
+#: subcommand -> one-line help (shown by ``detaudit --help`` without importing it)
+SUBCOMMANDS = {
+    "check": "statically check training code for reproducibility hazards",
+    "rules": "list the static rules, or document one",
+    "run": "run a training script several times and find what makes it nondeterministic",
+    "ops": "print the knowledge base of nondeterministic ops",
+    "calibrate": "measure which ops are nondeterministic with the installed torch",
+    "status": "print this process's determinism settings",
+    "variance": "how much of a result's spread is nondeterminism (fixed vs varied seeds)",
+    "compare": "does model B really beat model A over seeds",
+    "instability": "does a one-ULP change diverge as far as a reseed",
+}
 
 
 class UsageError(Exception):
     """Bad input from the user: printed as one line, exit code 2."""
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(argv: list[str]) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="detaudit",
         description="Find and fix what makes PyTorch training irreproducible.",
     )
     parser.add_argument("--version", action="version", version=f"detaudit {__version__}")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for name in SUBCOMMANDS:
-        importlib.import_module(f"detaudit.cli.{name}").add_parser(subparsers)
+    chosen = next((arg for arg in argv if arg in SUBCOMMANDS), None)
+    for name, help_text in SUBCOMMANDS.items():
+        if name == chosen:
+            importlib.import_module(f"detaudit.cli.{name}").add_parser(subparsers)
+        else:
+            subparsers.add_parser(name, help=help_text)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else argv
+    parser = build_parser(argv)
     args = parser.parse_args(argv)
     if not getattr(args, "handler", None):
         parser.print_help()
@@ -58,6 +65,11 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("detaudit: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # `detaudit ... | head`: the reader left, nothing is wrong
+        import os
+
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
     except Exception:  # an internal failure must not look like "findings" (exit 1)
         import traceback
 
