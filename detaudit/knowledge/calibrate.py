@@ -503,6 +503,8 @@ def _measured_behaviour(shipped: list[dict], device: str, phase: str, result: Ph
     elif result.deterministic_runs_differ:
         mode = "nothing"
     elif result.default_runs_differ or claimed:
+        # also a claimed hazard that did not show: deterministic mode neither
+        # raised nor left a difference, which is what "switches" promises
         mode = "switches"
     else:
         return None
