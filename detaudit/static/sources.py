@@ -54,4 +54,8 @@ def read_source(path: Path, data: bytes) -> SourceUnit:
             f"skipped: {len(data) / 1024 / 1024:.1f} MiB is larger than the {MAX_FILE_BYTES // 1024 // 1024} MiB limit "
             "for checked files (generated code?)"
         )
+    if path.suffix == ".ipynb":
+        from detaudit.static.notebooks import notebook_source
+
+        return notebook_source(data)
     return SourceUnit(decode_python(data))

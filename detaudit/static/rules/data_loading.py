@@ -36,6 +36,7 @@ from detaudit.knowledge.apis import (
     UNRESEEDED_WORKER_RNG_CALLS,
     UNRESEEDED_WORKER_RNG_MODULES,
 )
+from detaudit.static.edits import seeded_loader_fix
 from detaudit.static.facts import CallFact
 from detaudit.static.names import dotted_name
 from detaudit.static.rule import Invalid, Rule
@@ -168,6 +169,7 @@ class DataloaderWorkerSeed(Rule):
             call.node,
             f"{what} draws its order from the torch RNG, which this file never seeds, and has no seeded generator=: "
             "the order (and the worker seeds) differ per run.",
+            fix=seeded_loader_fix(call, generator_parameter, _WORKER_INIT_FN if generator_parameter == _LOADER_GENERATOR else None),
         )
 
     def _starts_workers(self, call: CallFact) -> bool:
@@ -204,7 +206,7 @@ class DataloaderWorkerSeed(Rule):
 
     def _distributed_sampler(self, call: CallFact) -> None:
         seed = call.value_node(*_SAMPLER_SEED)
-        rank_names = {_last_identifier(n) for n in _names_in(seed)} & RANK_NAMES if seed is not None else set()
+        rank_names = set(_identifiers_in(seed)) & RANK_NAMES if seed is not None else set()
         if rank_names:
             self.report(
                 call.node,
@@ -221,12 +223,13 @@ class DataloaderWorkerSeed(Rule):
             )
 
 
-def _names_in(node: cst.CSTNode):
-    if isinstance(node, (cst.Name, cst.Attribute)):
-        yield node
+def _identifiers_in(node: cst.CSTNode):
+    """Lower-cased names, attributes and string keys (``os.environ["RANK"]``) in ``node``."""
+    if isinstance(node, cst.Name):
+        yield node.value.lower()
+    elif isinstance(node, cst.Attribute):
+        yield node.attr.value.lower()
+    elif isinstance(node, cst.SimpleString) and isinstance(node.evaluated_value, str):
+        yield node.evaluated_value.lower()
     for child in node.children:
-        yield from _names_in(child)
-
-
-def _last_identifier(node: cst.BaseExpression) -> str:
-    return node.value if isinstance(node, cst.Name) else node.attr.value
+        yield from _identifiers_in(child)
