@@ -61,7 +61,7 @@ def test_warns_when_hash_seed_is_unset(monkeypatch):
 @pytest.mark.skipif(not sys.flags.hash_randomization, reason="interpreter started with PYTHONHASHSEED=0")
 def test_warns_when_hash_seed_was_set_too_late(monkeypatch):
     monkeypatch.setenv("PYTHONHASHSEED", "0")  # after start-up: no effect on this interpreter
-    with pytest.warns(DeterminismWarning, match="after this interpreter started"):
+    with pytest.warns(DeterminismWarning, match="after the interpreter started"):
         detaudit.seed_everything(0)
 
 
