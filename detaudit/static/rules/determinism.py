@@ -32,7 +32,7 @@ from detaudit.knowledge.apis import (
     TRUTHY_ENVIRONMENT_VALUES,
     DeterminismSwitch,
 )
-from detaudit.static.edits import Replace
+from detaudit.static.edits import Replace, determinism_fix
 from detaudit.static.facts import UNKNOWN, CallFact, FileFacts, SettingWrite, StaticValue
 from detaudit.static.rule import Invalid, Rule
 
@@ -261,6 +261,7 @@ class DeterminismNotRequested(Rule):
             evidence.node,
             "training script never enables deterministic algorithms: nondeterministic kernels "
             "(atomicAdd scatter/index ops, pooling/upsampling backward, cuDNN algorithm choice) run silently.",
+            fix=determinism_fix(self, evidence),
         )
 
 

@@ -27,7 +27,7 @@ from detaudit.knowledge.apis import (
     STRING_LIST_METHODS,
     STRING_METHODS,
 )
-from detaudit.static.edits import Replace
+from detaudit.static.edits import Replace, sorted_fix, sorted_iteration_fix
 from detaudit.static.facts import FileFacts
 from detaudit.static.names import dotted_name
 from detaudit.static.rule import Invalid, Rule
@@ -521,7 +521,8 @@ class SetIterationOrder(_OrderRule):
 
     def source(self, node: cst.CSTNode, flow: _ScopeFlow) -> Unordered | None:
         if isinstance(node, (cst.Set, cst.SetComp, cst.Call)) and is_string_set(node, self.facts, frozenset(flow.string_names)):
-            return Unordered("a set of strings", node, ordered=False)
+            # unsafe: a set kept in a name becomes a list (``.add`` no longer works)
+            return Unordered("a set of strings", node, ordered=False, fix=sorted_fix(node, safe=False))
         if isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) and node.func.attr.value in _SET_ADDING_METHODS:
             self._fill_empty_set(node, flow)
         return None
@@ -544,7 +545,7 @@ class SetIterationOrder(_OrderRule):
     def materialised(self, value: Unordered, node: cst.CSTNode) -> Unordered:
         if value.ordered:
             return value
-        return Unordered(value.what, node, ordered=True)
+        return Unordered(value.what, node, ordered=True, fix=sorted_iteration_fix(node))
 
     def message(self, value: Unordered, use: str) -> str:
         return f"{value.what} iterates in a per-process order (PYTHONHASHSEED), and that order is used ({use}); sort it first."
