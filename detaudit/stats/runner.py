@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
@@ -110,6 +111,7 @@ def execute(
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     free_slots = list(range(jobs))
+    stopping, succeeded = threading.Event(), threading.Event()
     records: list[RunRecord] = []
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
     with Progress(*columns, console=console, disable=console is None) as progress:
@@ -120,25 +122,37 @@ def execute(
             for arm in ARMS
         }
 
-        def start(run: PlannedRun) -> RunRecord:
+        def start(run: PlannedRun) -> RunRecord | None:
+            if stopping.is_set():
+                return None
             slot = free_slots.pop()
             try:
-                return _run_once(study, run, slot % gpus if gpus > 1 else None, timeout)
+                record = _run_once(study, run, slot % gpus if gpus > 1 else None, timeout)
             finally:
                 free_slots.append(slot)
+            if record.ok:
+                succeeded.set()
+            elif not succeeded.is_set():
+                # failing before any run succeeded: the script is broken, not flaky,
+                # so start nothing new (decided here, before this worker takes the next run)
+                stopping.set()
+            return record
 
         with ThreadPoolExecutor(max_workers=jobs) as pool:
             futures = [pool.submit(start, run) for run in runs]
             try:
                 for future in as_completed(futures):
                     record = future.result()
+                    if record is None:  # not started: the study is stopping
+                        continue
                     study.append(record, shard)
                     records.append(record)
                     progress.advance(tasks[record.arm])
                     if not record.ok:
                         progress.console.print(f"[red]run {record.run_id} (seed {record.seed}) {record.status}[/]")
-            except BaseException:
-                for future in futures:
-                    future.cancel()
+            except BaseException:  # Ctrl-C: start nothing new; finished runs are already saved
+                stopping.set()
                 raise
+        if stopping.is_set() and len(records) < len(runs):
+            progress.console.print(f"[red]stopped after {len(records)} run(s): no run succeeded[/]")
     return records

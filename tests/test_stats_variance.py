@@ -1,0 +1,77 @@
+"""``detaudit variance`` end to end on a tiny real CPU training (a few
+seconds per run), plus a crashing script and the '-- ARGS' split."""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+from detaudit.cli import build_parser, main
+
+FIXTURE = str(Path(__file__).resolve().parents[1] / "fixtures" / "stats" / "train_tiny.py")
+
+
+def test_script_arguments_go_after_double_dash():
+    args = build_parser().parse_args(["variance", "train.py", "--runs", "3", "--", "--lr", "0.1", "--runs", "9"])
+    assert (args.script, args.runs, args.script_args) == ("train.py", 3, ["--lr", "0.1", "--runs", "9"])
+    args = build_parser().parse_args(["instability", "--steps", "4", "train.py"])
+    assert (args.script, args.steps, args.script_args) == ("train.py", 4, [])
+
+
+def test_deterministic_mode_collapses_the_fixed_arm_and_the_study_resumes(tmp_path, capsys):
+    # --scatter: an embedding backward that is nondeterministic on CPU with 2 threads;
+    # deterministic mode must make every fixed-seed run bitwise identical
+    out = tmp_path / "study"
+    command = ["variance", FIXTURE, "--runs", "2", "--threads", "2", "--jobs", "2", "--deterministic",
+               "--out", str(out), "--", "--scatter", "--steps", "12"]
+    assert main(command) == 0
+    printed = capsys.readouterr().out
+    assert "collapsed to a single value for every metric" in printed
+
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["determinism_proven"] is True
+    by_name = {metric["name"]: metric for metric in summary["metrics"]}
+    assert set(by_name) == {"test_acc", "test_loss", "train_loss"}
+    for metric in by_name.values():
+        assert metric["fixed"]["std"] == 0.0  # exactly
+        assert len(set(metric["fixed"]["values"])) == 1
+    assert by_name["train_loss"]["varied"]["std"] > 0  # two seeds, two trainings
+    assert set(summary["pairwise_disagreement"]["test"]) == {"fixed", "varied"}
+    assert summary["pairwise_disagreement"]["test"]["fixed"] == 0.0
+
+    rows = list(csv.DictReader(open(out / "runs.csv")))
+    assert sorted((r["arm"], r["seed"], r["status"]) for r in rows) == [
+        ("fixed", "0", "ok"), ("fixed", "0", "ok"), ("varied", "0", "ok"), ("varied", "1", "ok"),
+    ]
+    assert {r["environment.torch.are_deterministic_algorithms_enabled"] for r in rows} == {"true"}
+    assert "<svg" in (out / "report.html").read_text()
+    assert (out / "variance.png").stat().st_size > 0  # matplotlib is installed in the test environment
+
+    # everything finished: running the same command again starts nothing
+    records_before = (out / "runs.jsonl").read_text()
+    assert main(command) == 0
+    assert "run(s) to go" not in capsys.readouterr().out
+    assert (out / "runs.jsonl").read_text() == records_before
+
+
+def test_crashing_script_is_reported_with_its_output(tmp_path, capsys):
+    script = tmp_path / "crash.py"
+    script.write_text("print('loading data')\nraise RuntimeError('CUDA out of memory (pretend)')\n")
+    assert main(["variance", str(script), "--runs", "2", "--jobs", "2", "--out", str(tmp_path / "s")]) == 2
+    captured = capsys.readouterr()
+    assert "stopped after 2 run(s): no run succeeded" in captured.err  # no point in running the other two
+    printed = captured.out
+    assert "2 run(s) failed" in printed
+    assert "RuntimeError: CUDA out of memory (pretend)" in printed
+    records = [json.loads(line) for line in (tmp_path / "s" / "runs.jsonl").read_text().splitlines()]
+    assert [r["status"] for r in records] == ["failed"] * 2
+
+
+def test_bad_input_is_one_line_error(tmp_path, capsys):
+    assert main(["variance", str(tmp_path / "missing.py")]) == 2
+    assert "no such script" in capsys.readouterr().err
+    assert main(["variance", FIXTURE, "--runs", "1", "--out", str(tmp_path / "x")]) == 2
+    assert "at least 2" in capsys.readouterr().err
+    assert main(["variance", FIXTURE, "--shard", "5/4", "--out", str(tmp_path / "x")]) == 2
+    assert "1 <= i <= n" in capsys.readouterr().err
