@@ -177,6 +177,8 @@ def test_version_dependent_behaviour(table):
     assert new[0].fixed_by_deterministic_mode
     torch = pytest.importorskip("torch")
     assert installed_torch_version() == torch.__version__
+    # by default the installed torch decides (2.13 here: MaxPool3d switches)
+    assert table.match_call("torch.nn.MaxPool3d", None, CallArguments((2,)))[0].fixed_by_deterministic_mode
     # cumsum's alert is gone from 2.11: nothing to match there
     assert table.match_call("torch.cumsum", None, CallArguments((UNKNOWN, 0)), torch_version="2.13.0") == []
 
@@ -207,9 +209,8 @@ def test_interpolate_nearest_is_fine_bilinear_and_bicubic_match(table):
     bilinear = table.match_call(interpolate, None, CallArguments((UNKNOWN,), {"mode": "bilinear"}), torch_version="2.13")
     assert certain_ids(bilinear) == ["interpolate-bilinear-trilinear"]
     assert bilinear[0].fixed_by_deterministic_mode
-    # without a torch version every version's behaviour counts: older ones raised
-    unversioned = table.match_call(interpolate, None, CallArguments((UNKNOWN,), {"mode": "bilinear"}))
-    assert unversioned[0].deterministic_modes == {"raises", "switches"}
+    older = table.match_call(interpolate, None, CallArguments((UNKNOWN,), {"mode": "bilinear"}), torch_version="2.10")
+    assert older[0].raises_under_deterministic_mode
     bicubic = table.match_call(interpolate, None, CallArguments((UNKNOWN, None, 2.0, "bicubic")))
     assert certain_ids(bicubic) == ["interpolate-bicubic"] and bicubic[0].raises_under_deterministic_mode
     antialiased = table.match_call(interpolate, None, CallArguments((UNKNOWN,), {"mode": "bilinear", "antialias": True}))

@@ -363,11 +363,12 @@ class OpsTable:
         ``method_name`` the attribute called on an object of unknown type
         (``index_add_``).  Matches whose conditions are false are dropped;
         matches that need facts the call site lacks come back with
-        ``certain=False``.  ``torch_version`` keeps only the behaviours of that
-        version (see :func:`installed_torch_version`); None keeps every version
-        the table covers.
+        ``certain=False``.  Only behaviours of ``torch_version`` count; by
+        default the installed torch's (read from package metadata), and
+        without torch the newest torch the table describes.
         """
         arguments = arguments or CallArguments()
+        torch_version = torch_version or installed_torch_version()
         candidates: list[tuple[OpEntry, Spelling, int, bool]] = []
         if qualified_name:
             candidates += [(e, s, 0, False) for e, s in self._callables.get(qualified_name, [])]
@@ -392,7 +393,10 @@ def _match_spelling(
     unknown_receiver: bool,
     torch_version: str | None,
 ) -> OpMatch | None:
-    behaviours = entry.behaviours_for(torch_version=torch_version)
+    if torch_version:
+        behaviours = entry.behaviours_for(torch_version=torch_version)
+    else:
+        behaviours = tuple(b for b in entry.behaviours if not _has_upper_bound(b.torch))
     if not behaviours:
         return None
     reasons = []
@@ -438,6 +442,7 @@ def alert_caller(message: str) -> str | None:
 # --- versions ----------------------------------------------------------------
 
 
+@functools.lru_cache(maxsize=1)
 def installed_torch_version() -> str | None:
     """The installed torch's version from its package metadata (torch itself is
     not imported), for ``match_call(torch_version=...)``; None without torch."""
@@ -467,6 +472,11 @@ def _check_version_range(spec: str) -> str | None:
         if not _VERSION_CLAUSE.match(clause.strip()):
             return f"{clause.strip()!r} is not a version clause like '>=2.11' or '<2.13'"
     return None
+
+
+def _has_upper_bound(spec: str | None) -> bool:
+    """Whether a range ends before the newest torch (``<2.13``, ``==2.11.0``)."""
+    return bool(spec) and any(clause.strip()[:1] in "<=" for clause in spec.split(","))
 
 
 def version_in_range(version: str, spec: str) -> bool:
