@@ -283,7 +283,7 @@ BACKEND_ATTRIBUTES: dict[str, frozenset[str]] = {
          "flags", "disable_global_flags", "flags_frozen"}
     ),
     "torch.backends.cudnn": frozenset(
-        {"enabled", "benchmark", "benchmark_limit", "deterministic", "allow_tf32",
+        {"enabled", "benchmark", "benchmark_limit", "deterministic", "allow_tf32", "depthwise_kernel",
          "fp32_precision", "conv", "rnn", "version", "is_available", "is_acceptable", "flags",
          "set_flags"}
     ),
@@ -306,7 +306,7 @@ BACKEND_ATTRIBUTES: dict[str, frozenset[str]] = {
          "allow_bf16_reduced_precision_reduction", "allow_fp16_accumulation", "fp32_precision"}
     ),
     "torch.backends.mkldnn": frozenset(
-        {"enabled", "deterministic", "fp32_precision", "matmul", "conv", "rnn", "flags",
+        {"enabled", "deterministic", "allow_tf32", "fp32_precision", "matmul", "conv", "rnn", "flags",
          "set_flags", "is_available", "VERBOSE_OFF", "VERBOSE_ON", "VERBOSE_ON_CREATION",
          "verbose"}
     ),
@@ -363,6 +363,12 @@ TF_DETERMINISM_ENABLERS = frozenset(
 #: still honoured), with the values that turn them on.
 TF_DETERMINISM_ENVIRONMENT = frozenset({"TF_DETERMINISTIC_OPS", "TF_CUDNN_DETERMINISTIC"})
 TRUTHY_ENVIRONMENT_VALUES = frozenset({"1", "true", "True", "TRUE", "yes"})
+#: Top-level modules whose functions are library APIs, never project helpers
+#: (a helper named ``set_seed`` from one of these is matched by its real name).
+WELL_KNOWN_LIBRARIES = frozenset(
+    {"random", "numpy", "torch", "tensorflow", "keras", "tf_keras", "jax", "flax", "optax",
+     "lightning", "pytorch_lightning", "transformers", "accelerate", "sklearn"}
+)
 #: Calls that make a file TensorFlow/Keras training code.
 TF_TRAINING_CALLS = frozenset({"tensorflow.GradientTape"})
 TF_TRAINING_PREFIXES = ("tensorflow.keras.optimizers.", "tensorflow.optimizers.", "keras.optimizers.", "tf_keras.optimizers.")

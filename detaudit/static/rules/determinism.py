@@ -30,6 +30,7 @@ from detaudit.knowledge.apis import (
     TORCH_OPTIMIZER_NAMESPACE,
     TRAINER_CLASSES,
     TRUTHY_ENVIRONMENT_VALUES,
+    WELL_KNOWN_LIBRARIES,
     DeterminismSwitch,
 )
 from detaudit.static.edits import Replace, determinism_fix
@@ -158,12 +159,19 @@ def _debug_mode_request(facts: FileFacts, call: CallFact) -> DeterminismRequest:
 
 
 def _names_determinism(call: CallFact) -> bool:
-    """A project helper such as ``setup(seed, deterministic=True)`` or ``make_deterministic()``:
-    its body is out of sight, so the author is assumed to have made a choice."""
-    callee = call.method or (call.qualname or "").rpartition(".")[2]
-    if "determinis" in callee.lower():
+    """A project helper such as ``setup(seed, deterministic=True)`` or ``make_deterministic()``."""
+    if project_helper_named(call, "determinis"):
         return True
     return any(arg.keyword is not None and "determinis" in arg.keyword.value for arg in call.node.args)
+
+
+def project_helper_named(call: CallFact, word: str) -> bool:
+    """A call of a project-local helper whose name contains ``word`` (``set_seed``,
+    ``make_deterministic``): its body is out of sight, so it is taken at its word.
+    Library functions are matched by their real names instead."""
+    root = (call.qualname or "").split(".", 1)[0]
+    callee = call.method or (call.qualname or "").rpartition(".")[2]
+    return root not in WELL_KNOWN_LIBRARIES and word in callee.lower()
 
 
 def describe_call(call: CallFact) -> str:

@@ -27,13 +27,9 @@ from detaudit.knowledge.apis import (
 )
 from detaudit.static.facts import CallFact, FileFacts
 from detaudit.static.rule import Invalid, Rule
-from detaudit.static.rules.determinism import script_evidence
+from detaudit.static.rules.determinism import project_helper_named, script_evidence
 
 _FALSE_FLAG_VALUES = frozenset({"false", "0", "False"})
-
-
-def _callee_name(call: CallFact) -> str:
-    return (call.method or (call.qualname or "").rpartition(".")[2]).lower()
 
 
 def _is_tf_training_call(facts: FileFacts, call: CallFact) -> bool:
@@ -54,13 +50,13 @@ def tf_training_script(facts: FileFacts) -> CallFact | None:
 def _seeds_tensorflow(facts: FileFacts) -> bool:
     """A TF seeding call, or a project helper named for seeding that is given a seed."""
     return any(
-        call.qualname in TF_SEEDING_FUNCTIONS or ("seed" in _callee_name(call) and call.node.args)
+        call.qualname in TF_SEEDING_FUNCTIONS or (project_helper_named(call, "seed") and call.node.args)
         for call in facts.calls
     )
 
 
 def _requests_tf_determinism(facts: FileFacts) -> bool:
-    if any(call.qualname in TF_DETERMINISM_ENABLERS or "determinis" in _callee_name(call) for call in facts.calls):
+    if any(call.qualname in TF_DETERMINISM_ENABLERS or project_helper_named(call, "determinis") for call in facts.calls):
         return True
     return any(
         facts.evaluate(write.value).value in TRUTHY_ENVIRONMENT_VALUES
@@ -257,7 +253,7 @@ class JaxDeterminismNotRequested(Rule):
         if not facts.imports_module("jax") or any(facts.environment_writes(XLA_FLAGS_VARIABLE)):
             return
         evidence = script_evidence(facts, _is_jax_training_call)
-        if evidence is not None and not any("determinis" in _callee_name(call) for call in facts.calls):
+        if evidence is not None and not any(project_helper_named(call, "determinis") for call in facts.calls):
             self.report(
                 evidence.node,
                 "JAX training script never sets XLA_FLAGS=--xla_gpu_deterministic_ops=true: on GPU, "
