@@ -21,17 +21,15 @@ from detaudit.dynamic.launch import CONFIG_ENV, PAYLOAD_NAME
 
 
 def seed_all(seed: int) -> None:
-    """Seed Python, numpy (if installed) and torch on CPU and every CUDA device."""
-    import torch
+    """Seed Python, numpy and torch (CPU and every CUDA device) the way users do,
+    without detaudit's PYTHONHASHSEED warning: the report covers hash order."""
+    import warnings
 
-    random.seed(seed)
-    try:
-        import numpy
-    except ImportError:
-        pass
-    else:
-        numpy.random.seed(seed)
-    torch.manual_seed(seed)  # also seeds all CUDA devices
+    from detaudit.runtime.seeding import seed_everything
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        seed_everything(seed, workers=False)
 
 
 def perturb_one_ulp(optimizer, seed: int) -> dict:

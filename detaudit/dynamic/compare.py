@@ -97,7 +97,7 @@ def compare_traces(a: Trace, b: Trace) -> PairComparison:
     for index in range(aligned):
         ra, rb = a.ops[index], b.ops[index]
         if ra[OP] != rb[OP] or ra[OUT_META] != rb[OUT_META] or len(ra[INPUTS]) != len(rb[INPUTS]):
-            causes.append(_control_flow(index, rb))
+            causes.append(_control_flow(index, ra, rb))
             return PairComparison(causes, propagated, index)
         inputs_differ = _differs(a, b, ra[INPUTS], rb[INPUTS])
         outputs_differ = bool(_differs(a, b, ra[OUTPUTS], rb[OUTPUTS]))
@@ -126,13 +126,14 @@ def compare_traces(a: Trace, b: Trace) -> PairComparison:
     return PairComparison(causes, propagated, aligned)
 
 
-def _control_flow(index: int, other: list) -> CauseAt:
+def _control_flow(index: int, reference: list, other: list) -> CauseAt:
     return CauseAt(
         CONTROL_FLOW,
         record=index,
         capture_record=-1,
         capture_side="",
         other_side={
+            "reference_outputs": reference[OUT_META],
             "op": other[OP],
             "outputs": other[OUT_META],
             "path": other[PATH],

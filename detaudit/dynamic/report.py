@@ -52,7 +52,10 @@ class RootCause:
         if self.other_side:
             other = self.other_side
             if "op" in other:
-                text += f"; the other run did {other['op']} {other['outputs']} at {other['path']}:{other['line']}"
+                text += (
+                    f"; run 1 produced {other['reference_outputs']}, the other run did {other['op']} "
+                    f"{other['outputs']} at {other['path']}:{other['line']}"
+                )
             else:
                 text += f"; {other.get('note', '')}"
         if self.hint:

@@ -316,8 +316,8 @@ class OpTracer:
         return result
 
     # -- output ------------------------------------------------------------
-    def save(self, output_dir: Path) -> dict:
-        """Write trace.json (and capture.pt); returns their paths for the payload."""
+    def trace_data(self) -> dict:
+        """The trace as plain data, with source paths relative to the working directory."""
         self.flush()
         cwd = os.getcwd()
         paths: dict[str, str] = {}
@@ -326,8 +326,12 @@ class OpTracer:
             if filename not in paths:
                 paths[filename] = os.path.relpath(filename, cwd) if filename.startswith(cwd + os.sep) else filename
             record[PATH] = paths[filename]
+        return {"ops": self.records, "digests": self.digests}
+
+    def save(self, output_dir: Path) -> dict:
+        """Write trace.json (and capture.pt); returns their paths for the payload."""
         trace_file = Path(output_dir) / "trace.json"
-        trace_file.write_text(json.dumps({"ops": self.records, "digests": self.digests}))
+        trace_file.write_text(json.dumps(self.trace_data()))
         files = {"trace_file": str(trace_file)}
         if self.captured:
             capture_file = Path(output_dir) / "capture.pt"
