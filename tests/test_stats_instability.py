@@ -6,11 +6,14 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from detaudit.cli import main
 
 FIXTURE = str(Path(__file__).resolve().parents[1] / "fixtures" / "stats" / "train_tiny.py")
 
 
+@pytest.mark.slow
 def test_one_ulp_and_reseed_distances(tmp_path, capsys):
     out = tmp_path / "probe"
     assert main(["instability", FIXTURE, "--threads", "1", "--jobs", "3", "--out", str(out), "--", "--steps", "12"]) == 0

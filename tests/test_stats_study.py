@@ -113,7 +113,7 @@ def test_merge_command_reports_the_joined_study(tmp_path, capsys):
         study.append(record(run.arm, run.index, 90.0 if run.arm == FIXED else 90.0 + run.index))
     assert main(["variance", "--merge", str(tmp_path / "shard"), "--out", str(tmp_path / "all")]) == 0
     out = capsys.readouterr().out
-    assert "every fixed-seed run gave exactly 90.0" in out
+    assert "all 3 fixed-seed runs gave exactly 90.0" in out
     summary = json.loads((tmp_path / "all" / "summary.json").read_text())
     assert summary["metrics"][0]["fixed"]["std"] == 0.0
     assert summary["metrics"][0]["varied"]["std"] == 1.0  # 90, 91, 92

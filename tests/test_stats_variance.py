@@ -7,25 +7,37 @@ import csv
 import json
 from pathlib import Path
 
+import pytest
+
 from detaudit.cli import build_parser, main
 
 FIXTURE = str(Path(__file__).resolve().parents[1] / "fixtures" / "stats" / "train_tiny.py")
 
 
+def parse(argv: list[str]):
+    return build_parser(argv).parse_args(argv)
+
+
 def test_script_arguments_go_after_double_dash():
-    args = build_parser().parse_args(["variance", "train.py", "--runs", "3", "--", "--lr", "0.1", "--runs", "9"])
+    args = parse(["variance", "train.py", "--runs", "3", "--", "--lr", "0.1", "--runs", "9"])
     assert (args.script, args.runs, args.script_args) == ("train.py", 3, ["--lr", "0.1", "--runs", "9"])
-    args = build_parser().parse_args(["instability", "--steps", "4", "train.py"])
+    args = parse(["instability", "--steps", "4", "train.py"])
     assert (args.script, args.steps, args.script_args) == ("train.py", 4, [])
 
 
-def test_deterministic_mode_collapses_the_fixed_arm_and_the_study_resumes(tmp_path, capsys):
+@pytest.mark.slow
+def test_deterministic_mode_collapses_the_fixed_arm_over_shards(tmp_path, capsys):
     # --scatter: an embedding backward that is nondeterministic on CPU with 2 threads;
-    # deterministic mode must make every fixed-seed run bitwise identical
+    # deterministic mode must make every fixed-seed run bitwise identical.
+    # The study runs as two shards (as on two machines), then --merge reports it.
     out = tmp_path / "study"
     command = ["variance", FIXTURE, "--runs", "2", "--threads", "2", "--jobs", "2", "--deterministic",
                "--out", str(out), "--", "--scatter", "--steps", "12"]
-    assert main(command) == 0
+    assert main(command[:1] + ["--shard", "1/2"] + command[1:]) == 0
+    assert "shard 1/2: 2 run(s) finished now, 0 still to go" in capsys.readouterr().out
+    assert not (out / "summary.json").exists()  # a shard adds runs; the merge reports
+    assert main(command[:1] + ["--shard", "2/2"] + command[1:]) == 0
+    assert main(["variance", "--merge", str(out)]) == 0
     printed = capsys.readouterr().out
     assert "collapsed to a single value for every metric" in printed
 
@@ -48,11 +60,11 @@ def test_deterministic_mode_collapses_the_fixed_arm_and_the_study_resumes(tmp_pa
     assert "<svg" in (out / "report.html").read_text()
     assert (out / "variance.png").stat().st_size > 0  # matplotlib is installed in the test environment
 
-    # everything finished: running the same command again starts nothing
-    records_before = (out / "runs.jsonl").read_text()
+    # everything finished: the unsharded command resumes the study and starts nothing
+    records_before = sorted(path.read_text() for path in out.glob("runs*.jsonl"))
     assert main(command) == 0
     assert "run(s) to go" not in capsys.readouterr().out
-    assert (out / "runs.jsonl").read_text() == records_before
+    assert sorted(path.read_text() for path in out.glob("runs*.jsonl")) == records_before
 
 
 def test_crashing_script_is_reported_with_its_output(tmp_path, capsys):

@@ -32,10 +32,10 @@ def add_parser(subparsers) -> None:
 
 
 def run_compare(args) -> int:
-    from rich.console import Console
     from rich.table import Table
 
     from detaudit.stats.compare import compare_metric, load_per_seed
+    from detaudit.stats.display import report_console
     from detaudit.stats.numerics import json_safe
     from detaudit.stats.study import StudyError
 
@@ -61,7 +61,7 @@ def run_compare(args) -> int:
     if args.json:
         print(json.dumps(json_safe([c.to_dict() for c in comparisons]), indent=2))
         return 0
-    console = Console()
+    console = report_console()
     table = Table(title=f"A = {args.results_a}   B = {args.results_b}", title_justify="left")
     for column in ("metric", "A mean ± std", "B mean ± std", "B - A", "95% CI", "test", "p"):
         table.add_column(column, justify="left" if column in ("metric", "test") else "right")

@@ -40,8 +40,7 @@ def add_parser(subparsers) -> None:
 
 
 def run_instability(args) -> int:
-    from rich.console import Console
-
+    from detaudit.stats.display import report_console
     from detaudit.stats.instability import analyse, render, run_probe
 
     script = Path(args.script)
@@ -51,7 +50,7 @@ def run_instability(args) -> int:
     if reseed == args.seed:
         raise UsageError("--reseed must differ from --seed")
     folder = args.out or Path(f"detaudit-instability-{script.stem}")
-    console = Console(stderr=args.json)
+    console = report_console(stderr=args.json)
     console.print(f"3 deterministic runs of {script.name} (seed {args.seed}; one ULP; seed {reseed}) in {folder}")
     runs = run_probe(
         str(script.resolve()),

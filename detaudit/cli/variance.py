@@ -99,35 +99,54 @@ def _open_study(args):
 
 
 def run_variance(args) -> int:
-    from rich.console import Console
+    from detaudit.stats import study as study_files
+    from detaudit.stats.display import report_console
 
-    from detaudit.stats import plot, runner, study as study_files
-    from detaudit.stats.numerics import json_safe
-    from detaudit.stats.variance import render, summarize
-
-    console = Console(stderr=args.json)
-    new_records = []
+    console = report_console(stderr=args.json)
     try:
         if args.merge:
             if args.script:
                 raise UsageError("--merge joins finished studies: give no SCRIPT")
             study = study_files.merge(args.merge, args.out or args.merge[0])
             console.print(f"merged {len(args.merge)} folder(s) into {study.folder}")
-        else:
-            if not args.script:
-                raise UsageError("give a SCRIPT to run (or --merge DIR...)")
-            shard = study_files.parse_shard(args.shard) if args.shard else None
-            study = _open_study(args)
-            pending = study.pending(shard)
-            if pending:
-                gpus = runner.visible_gpu_count()
-                jobs = args.jobs or runner.default_jobs(gpus, args.threads)
-                console.print(f"{len(pending)} run(s) to go in {study.folder}, {jobs} at a time")
-                new_records = runner.execute(
-                    study, pending, jobs=jobs, gpus=gpus, timeout=args.timeout, shard=shard, console=Console(stderr=True)
-                )
+            return _report(study, args, console, [])
+        if not args.script:
+            raise UsageError("give a SCRIPT to run (or --merge DIR...)")
+        shard = study_files.parse_shard(args.shard) if args.shard else None
+        study = _open_study(args)
+        new_records = _run_pending(study, shard, args, console)
     except study_files.StudyError as error:
         raise UsageError(str(error)) from None
+    if shard is None:
+        return _report(study, args, console, new_records)
+    # a shard only adds its runs: the report comes from --merge, once every shard is done
+    finished = sum(record.ok for record in new_records)
+    console.print(
+        f"shard {shard[0]}/{shard[1]}: {finished} run(s) finished now, {len(study.pending(shard))} still to go; "
+        f"when every shard is done: detaudit variance --merge {study.folder}",
+        soft_wrap=True,
+    )
+    return _exit_code_for_failures(console, new_records)
+
+
+def _run_pending(study, shard, args, console) -> list:
+    from detaudit.stats import runner
+    from detaudit.stats.display import report_console
+
+    pending = study.pending(shard)
+    if not pending:
+        return []
+    gpus = runner.visible_gpu_count()
+    jobs = args.jobs or runner.default_jobs(gpus, args.threads)
+    console.print(f"{len(pending)} run(s) to go in {study.folder}, {jobs} at a time")
+    return runner.execute(study, pending, jobs=jobs, gpus=gpus, timeout=args.timeout, shard=shard, console=report_console(stderr=True))
+
+
+def _report(study, args, console, new_records: list) -> int:
+    """Tables, summary, plots and the printed statistics of every finished run."""
+    from detaudit.stats import plot
+    from detaudit.stats.numerics import json_safe
+    from detaudit.stats.variance import render, summarize
 
     study.write_tables()
     try:
@@ -135,21 +154,28 @@ def run_variance(args) -> int:
     except ValueError as error:
         _print_first_failure(console, new_records or list(study.records().values()))
         raise UsageError(str(error)) from None
-    (study.folder / "summary.json").write_text(json.dumps(json_safe(summary.to_dict()), indent=2) + "\n")
+    summary_json = json.dumps(json_safe(summary.to_dict()), indent=2)
+    (study.folder / "summary.json").write_text(summary_json + "\n")
     title = f"detaudit variance: {Path(study.settings.script).name}"
     plot.write_html(summary, study.folder / "report.html", title)
     if not plot.write_png(summary, study.folder / "variance.png", title):
         console.print("matplotlib is not installed: no variance.png (report.html has the same plot)")
     if args.json:
-        print(json.dumps(json_safe(summary.to_dict()), indent=2))
+        print(summary_json)
     else:
         render(summary, console)
         console.print(f"results: {study.folder}/runs.csv, runs.json, summary.json, report.html")
+    failures = _exit_code_for_failures(console, new_records)
+    return failures or (1 if summary.determinism_proven is False else 0)
+
+
+def _exit_code_for_failures(console, new_records: list) -> int:
+    """2 when a run of this invocation crashed or timed out (its output is shown)."""
     failed_now = [record for record in new_records if not record.ok]
     if failed_now:
         _print_first_failure(console, failed_now)
         return 2
-    return 1 if summary.determinism_proven is False else 0
+    return 0
 
 
 def _print_first_failure(console, records) -> None:

@@ -14,6 +14,13 @@ from detaudit.stats.study import ARMS, FIXED, VARIED, RunRecord, Study
 ARM_TITLES = {FIXED: "fixed seed", VARIED: "varied seeds"}
 
 
+def percent(share: float) -> str:
+    """74% for ordinary shares; two significant digits for tiny ones (0.00075%)."""
+    if math.isnan(share):
+        return "n/a"
+    return f"{share:.0%}" if share == 0.0 or share >= 0.01 else f"{share * 100:.2g}%"
+
+
 @dataclass
 class ArmSummary:
     values: list[float]
@@ -49,15 +56,15 @@ class MetricSummary:
             return "too few finished runs for a spread (need two per arm)"
         if self.fixed.collapsed:
             return (
-                f"every fixed-seed run gave exactly {self.fixed.values[0]!r}: "
-                "this metric is deterministic; all of its spread comes from the seed"
+                f"all {self.fixed.runs} fixed-seed runs gave exactly {self.fixed.values[0]!r}: "
+                "no nondeterminism reached this metric; all of its spread comes from the seed"
             )
         if self.varied.std == 0.0:
             return "the varied-seed runs did not spread at all, so there is no ratio to report"
         interval = self.ratio_interval
         share = (
-            f"about {self.ratio:.0%} of the seed-to-seed standard deviation remains with every seed fixed "
-            f"(95% CI {interval.low:.0%} to {interval.high:.0%}): that part is nondeterminism, "
+            f"about {percent(self.ratio)} of the seed-to-seed standard deviation remains with every seed fixed "
+            f"(95% CI {percent(interval.low)} to {percent(interval.high)}): that part is nondeterminism, "
             "the rest comes from the seeds (initialisation, data order)"
         )
         if interval.low >= 1.0 or self.ratio >= 1.0:
@@ -155,7 +162,7 @@ def _disagreement_by_arm(study: Study, finished: list[RunRecord]) -> dict[str, d
 
 
 def _number(value: float) -> str:
-    return "n/a" if math.isnan(value) else f"{value:.6g}"
+    return "n/a" if math.isnan(value) else f"{value:.4g}"
 
 
 def render(summary: VarianceSummary, console) -> None:
@@ -163,20 +170,18 @@ def render(summary: VarianceSummary, console) -> None:
     from rich.table import Table
 
     table = Table(title="variance: fixed seed vs varied seeds", title_justify="left")
-    for column in ("metric", "fixed mean", "fixed std", "varied mean", "varied std", "std_fixed / std_varied (95% CI)"):
+    for column in ("metric", "fixed mean", "fixed std", "varied mean", "varied std", "std ratio", "95% CI"):
         table.add_column(column, justify="left" if column == "metric" else "right")
     for metric in summary.metrics:
         interval = metric.ratio_interval
-        ratio_text = "n/a" if math.isnan(metric.ratio) else (
-            f"{metric.ratio:.3f} ({_number(interval.low)}–{_number(interval.high)})"
-        )
         table.add_row(
             metric.name,
             _number(metric.fixed.mean),
             _number(metric.fixed.std),
             _number(metric.varied.mean),
             _number(metric.varied.std),
-            ratio_text,
+            _number(metric.ratio),
+            "n/a" if math.isnan(interval.low) else f"{_number(interval.low)}–{_number(interval.high)}",
         )
     console.print(table)
     for metric in summary.metrics:
