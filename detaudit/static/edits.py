@@ -83,24 +83,51 @@ def wrapped_in_call(node: cst.BaseExpression, function: str) -> cst.Call:
 def with_keyword_arguments(call: cst.Call, arguments: Sequence[tuple[str, cst.BaseExpression]]) -> cst.Call:
     """``call`` with ``keyword=value`` arguments appended in the call's own layout:
     a one-line call stays on one line; in a call with one argument per line each
-    new argument gets its own line, and a trailing comma stays trailing."""
+    new argument gets its own line, a trailing comma stays trailing, and a
+    comment after the last argument stays on its line."""
     args = list(call.args)
+    new_args = [cst.Arg(value, keyword=cst.Name(name), equal=_equal_like(args[-1]) if args else _TIGHT_EQUAL) for name, value in arguments]
     if not args:
-        new_args = [cst.Arg(value, keyword=cst.Name(name), equal=_TIGHT_EQUAL) for name, value in arguments]
         return call.with_changes(args=new_args)
     last = args[-1]
-    # the separator between existing arguments, reused between the new ones
-    separator = args[-2].comma if len(args) > 1 and isinstance(args[-2].comma, cst.Comma) else None
-    if separator is None:
-        separator = last.comma if _is_multiline_comma(last.comma) else cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))
-        if _is_multiline_comma(separator):
-            separator = separator.with_changes(
-                whitespace_after=separator.whitespace_after.with_changes(last_line=_argument_indent(call))
-            )
-    trailing = last.comma  # a trailing comma (and the newline before ")") moves to the new last argument
-    new_args = [cst.Arg(value, keyword=cst.Name(name), equal=_equal_like(last), comma=separator) for name, value in arguments]
-    new_args[-1] = new_args[-1].with_changes(comma=trailing)
-    return call.with_changes(args=[*args[:-1], last.with_changes(comma=separator), *new_args])
+    separator = _separator(call, args)
+    if _is_multiline_comma(last.comma):
+        # the last argument keeps its comma (and comment); the new last one gets a bare one before ")"
+        closing = last.comma.whitespace_after
+        kept = last.comma.with_changes(whitespace_after=closing.with_changes(last_line=_next_line_indent(separator, call)))
+        trailing = last.comma.with_changes(whitespace_after=closing.with_changes(first_line=cst.TrailingWhitespace(), empty_lines=[]))
+    elif isinstance(last.whitespace_after_arg, cst.ParenthesizedWhitespace):
+        # no trailing comma, ")" on its own line: the line break (and comment) stays after the old last argument
+        closing = last.whitespace_after_arg
+        last = last.with_changes(whitespace_after_arg=cst.SimpleWhitespace(""))
+        kept = cst.Comma(whitespace_after=closing.with_changes(last_line=_next_line_indent(separator, call)))
+        trailing = cst.MaybeSentinel.DEFAULT
+        new_args[-1] = new_args[-1].with_changes(
+            whitespace_after_arg=closing.with_changes(first_line=cst.TrailingWhitespace(), empty_lines=[])
+        )
+    else:
+        kept, trailing = separator, last.comma
+    new_args = [arg.with_changes(comma=separator) for arg in new_args[:-1]] + [new_args[-1].with_changes(comma=trailing)]
+    return call.with_changes(args=[*args[:-1], last.with_changes(comma=kept), *new_args])
+
+
+def _separator(call: cst.Call, args: list[cst.Arg]) -> cst.Comma:
+    """The comma between two arguments in this call's layout, without comments."""
+    if len(args) > 1 and isinstance(args[-2].comma, cst.Comma):
+        comma = args[-2].comma
+    elif _is_multiline_comma(args[-1].comma) or isinstance(args[-1].whitespace_after_arg, cst.ParenthesizedWhitespace):
+        return cst.Comma(whitespace_after=cst.ParenthesizedWhitespace(indent=True, last_line=_argument_indent(call)))
+    else:
+        return cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))
+    if _is_multiline_comma(comma):
+        comma = comma.with_changes(whitespace_after=comma.whitespace_after.with_changes(first_line=cst.TrailingWhitespace(), empty_lines=[]))
+    return comma
+
+
+def _next_line_indent(separator: cst.Comma, call: cst.Call) -> cst.SimpleWhitespace:
+    if _is_multiline_comma(separator):
+        return separator.whitespace_after.last_line
+    return _argument_indent(call)
 
 
 def _is_multiline_comma(comma: cst.Comma | cst.MaybeSentinel) -> bool:
@@ -155,12 +182,24 @@ def is_import_line(statement: cst.CSTNode) -> bool:
 
 
 def seeding_fix(rule: "Rule", before: "CallFact", rngs: frozenset[str], *, safe: bool = True) -> InsertStatement:
-    """Seed ``rngs`` before ``before`` runs: with a seeding function the file
-    already has in reach (a known helper it imports, its own helper defined
-    above that point), else with ``detaudit.seed_everything(0)``."""
+    """Seed ``rngs`` before ``before`` runs, right after the imports: with a
+    seed-everything helper of a library the file imports, else right after the
+    file's own seeding helper (defined above that point), else with
+    ``detaudit.seed_everything(0)``."""
+    from detaudit.knowledge.apis import FIX_DEFAULT_SEED
+
     module = rule.context.module
-    anchor, before_anchor = setup_position(module, before.scope.top_level_index)
-    code, imports = seeding_call(rule, rngs, _index_of(module, anchor) + (0 if before_anchor else 1))
+    use_index = before.scope.top_level_index
+    anchor, before_anchor = setup_position(module, use_index)
+    insertion_index = _index_of(module, anchor) + (0 if before_anchor else 1)
+    if _library_seeding_call(module, insertion_index) is None:
+        helper = _own_seeding_helper(rule, rngs, use_index)
+        if helper is not None:
+            index, name = helper
+            if index >= insertion_index:
+                anchor, before_anchor = module.body[index], False
+            return InsertStatement(anchor, f"{name}({FIX_DEFAULT_SEED})", before=before_anchor, safe=safe)
+    code, imports = seeding_call(rule, rngs, insertion_index)
     return InsertStatement(anchor, code, before=before_anchor, imports=imports, safe=safe)
 
 
@@ -177,11 +216,24 @@ def seed_by_default_fix(rule: "Rule", condition: cst.If, seeding: "CallFact", rn
 
 def seeding_call(rule: "Rule", rngs: frozenset[str], available_before: int) -> tuple[str, tuple[str, ...]]:
     """(code, imports) of a call seeding ``rngs`` that can run before the
-    module-level statement ``available_before``: a seeding function the file
-    binds there, else detaudit's."""
-    from detaudit.knowledge.apis import FIX_DEFAULT_SEED, FIX_MODULE, FIX_SEEDING_CALL, RNGS, SEEDING_FUNCTIONS
+    module-level statement ``available_before``: a library's seed-everything
+    helper the file imports, the file's own seeding helper, else detaudit's."""
+    from detaudit.knowledge.apis import FIX_DEFAULT_SEED, FIX_MODULE, FIX_SEEDING_CALL
 
-    module = rule.context.module
+    library = _library_seeding_call(rule.context.module, available_before)
+    if library is not None:
+        return f"{library}({FIX_DEFAULT_SEED})", ()
+    helper = _own_seeding_helper(rule, rngs, available_before)
+    if helper is not None:
+        return f"{helper[1]}({FIX_DEFAULT_SEED})", ()
+    return f"{FIX_SEEDING_CALL}({FIX_DEFAULT_SEED})", (FIX_MODULE,)
+
+
+def _library_seeding_call(module: cst.Module, available_before: int) -> str | None:
+    """How the file spells a library's seed-everything helper (``L.seed_everything``)
+    with the names its module-level imports above ``available_before`` bind."""
+    from detaudit.knowledge.apis import RNGS, SEEDING_FUNCTIONS
+
     imported = NameTable()
     for statement in module.body[:available_before]:
         if is_import_line(statement):
@@ -189,29 +241,26 @@ def seeding_call(rule: "Rule", rngs: frozenset[str], available_before: int) -> t
                 imported.add_import(small)
     for function, seeded in SEEDING_FUNCTIONS.items():
         if seeded != frozenset(RNGS):
-            continue  # a library's seed-everything helper, not torch.manual_seed and the like
+            continue  # seed-everything helpers only, not torch.manual_seed and the like
         for local, qualified in imported.bindings().items():
             if function == qualified or function.startswith(qualified + "."):
-                return f"{local}{function[len(qualified):]}({FIX_DEFAULT_SEED})", ()
-    helper = _own_seeding_helper(rule, rngs, available_before)
-    if helper is not None:
-        return f"{helper}({FIX_DEFAULT_SEED})", ()
-    return f"{FIX_SEEDING_CALL}({FIX_DEFAULT_SEED})", (FIX_MODULE,)
+                return f"{local}{function[len(qualified):]}"
+    return None
 
 
-def _own_seeding_helper(rule: "Rule", rngs: frozenset[str], available_before: int) -> str | None:
-    """A function of the file, defined above ``available_before``, that seeds
-    ``rngs`` from its one required argument."""
+def _own_seeding_helper(rule: "Rule", rngs: frozenset[str], defined_before: int) -> tuple[int, str] | None:
+    """(index, name) of a module-level function defined above ``defined_before``
+    that seeds ``rngs`` from its one required argument."""
     from detaudit.static.project import ModuleSummary
 
     module = rule.context.module
     summary = None
-    for statement in module.body[:available_before]:
+    for index, statement in enumerate(module.body[:defined_before]):
         if not (isinstance(statement, cst.FunctionDef) and _takes_one_seed(statement)):
             continue
         summary = summary or ModuleSummary(rule.facts, rule.context.path, None, rule.context.project)
         if rngs <= summary.function_effects(statement.name.value).seeds:
-            return statement.name.value
+            return index, statement.name.value
     return None
 
 

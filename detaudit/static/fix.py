@@ -382,6 +382,8 @@ class _EditApplier(cst.CSTTransformer):
             if after and is_import_line(previous):
                 # setup code after the imports: set off by one blank line
                 after[0] = after[0].with_changes(leading_lines=[cst.EmptyLine()])
+            elif after and isinstance(previous, (cst.FunctionDef, cst.ClassDef)):
+                after[0] = after[0].with_changes(leading_lines=[cst.EmptyLine(), cst.EmptyLine()])
             new_body.extend(after)
             if statement is None:
                 break
