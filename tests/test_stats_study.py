@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import csv
 import json
+import re
+from xml.etree import ElementTree
 
 import numpy as np
 import pytest
@@ -117,7 +119,10 @@ def test_merge_command_reports_the_joined_study(tmp_path, capsys):
     summary = json.loads((tmp_path / "all" / "summary.json").read_text())
     assert summary["metrics"][0]["fixed"]["std"] == 0.0
     assert summary["metrics"][0]["varied"]["std"] == 1.0  # 90, 91, 92
-    assert (tmp_path / "all" / "report.html").read_text().count("<svg") == 1
+    svgs = re.findall(r"<svg.*?</svg>", (tmp_path / "all" / "report.html").read_text(), re.S)
+    assert len(svgs) == 1
+    plot = ElementTree.fromstring(svgs[0])  # well-formed: browsers render it inline
+    assert len(plot.findall("{http://www.w3.org/2000/svg}circle")) == 6  # one dot per run
 
 
 def test_log_metric_is_a_no_op_outside_detaudit(monkeypatch, tmp_path):

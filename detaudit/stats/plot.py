@@ -17,6 +17,12 @@ PANEL_WIDTH, PANEL_HEIGHT, MARGIN = 360, 260, 50
 ARM_COLOURS = ("#1f77b4", "#ff7f0e")
 
 
+def _spread(index: int, count: int) -> float:
+    """Sideways offset of a run's dot in [-1, 1], centred, so that equal values
+    stay visible as a row instead of one dot."""
+    return 0.0 if count < 2 else 2.0 * index / (count - 1) - 1.0
+
+
 def _value_range(arms: list[ArmSummary]) -> tuple[float, float]:
     values = [v for arm in arms for v in arm.values if math.isfinite(v)]
     if not values:
@@ -47,8 +53,7 @@ def _svg_panel(name: str, arms: list[ArmSummary]) -> str:
     for position, (arm, colour, title) in enumerate(zip(arms, ARM_COLOURS, ARM_TITLES.values())):
         center = MARGIN + column_width * (position + 0.5)
         for index, value in enumerate(arm.values):
-            # spread the dots sideways, in run order, so equal values stay visible as a row
-            offset = ((index % 9) - 4) * column_width * 0.06
+            offset = _spread(index, arm.runs) * column_width * 0.25
             parts.append(
                 f'<circle cx="{center + offset:.1f}" cy="{y(value):.1f}" r="4" fill="{colour}" fill-opacity="0.6"/>'
             )
@@ -115,7 +120,7 @@ def write_png(summary: VarianceSummary, path: Path, title: str) -> bool:
     for axis, metric in zip(axes[0], summary.metrics):
         arms = [metric.fixed, metric.varied]
         for position, (arm, colour) in enumerate(zip(arms, ARM_COLOURS)):
-            offsets = [position + ((i % 9) - 4) * 0.03 for i in range(arm.runs)]
+            offsets = [position + _spread(i, arm.runs) * 0.15 for i in range(arm.runs)]
             axis.scatter(offsets, arm.values, color=colour, alpha=0.6)
             if arm.runs >= 2:
                 axis.errorbar(position, arm.mean, yerr=arm.std, color="black", capsize=6, marker="_", markersize=20)
