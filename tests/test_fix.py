@@ -204,10 +204,13 @@ def test_suppressed_and_unselected_findings_are_not_fixed(tmp_path):
 def test_per_file_ignores_are_honoured(tmp_path):
     from detaudit.static.config import Config
 
-    path = write(tmp_path / "train.py", HAZARD)
-    config = Config(per_file_ignores={"train.py": ["DET010"]})
-    outcome = fix(path, config=config)
-    assert path.read_text() == HAZARD and outcome.fixed == 0
+    text = HAZARD + "torch.backends.cudnn.allow_tf32 = True\n"
+    path = write(tmp_path / "sub" / "train.py", text)
+    config = Config(per_file_ignores={"sub/*.py": ["DET010"]})
+    result = check_file(path, "sub/train.py", tmp_path)
+    outcome = apply_fixes([result], paths={"sub/train.py": path}, config=config)
+    assert path.read_text() == text.replace("allow_tf32 = True", "allow_tf32 = False")
+    assert (outcome.fixed, outcome.remaining) == (1, 0)
 
 
 def test_unsafe_fixes_need_the_flag(tmp_path):
@@ -235,6 +238,19 @@ def test_read_error_is_one_line_and_nothing_is_lost(tmp_path):
     outcome = apply_fixes([result], paths={"train.py": path})
     assert outcome.errors == ["train.py: cannot read: No such file or directory"]
     assert outcome.remaining == 1 and outcome.fixed == 0
+
+
+def test_notebooks_are_left_alone_with_a_one_line_note(tmp_path):
+    import json
+
+    cell = {"cell_type": "code", "metadata": {}, "execution_count": None, "outputs": [], "source": HAZARD.splitlines(True)}
+    notebook = {"cells": [cell], "metadata": {}, "nbformat": 4, "nbformat_minor": 5}
+    path = write(tmp_path / "train.ipynb", json.dumps(notebook))
+    before = path.read_bytes()
+    outcome = fix(path)
+    assert path.read_bytes() == before
+    assert outcome.errors == ["train.ipynb: notebooks are not fixed automatically; fix the cells by hand"]
+    assert outcome.remaining == 1
 
 
 # -- edits ------------------------------------------------------------------------------
@@ -312,3 +328,16 @@ def test_cli_diff_then_fix(tmp_path):
     assert fixed.returncode == 0, fixed.stderr
     assert "Fixed 1 finding; 0 remaining." in fixed.stderr
     assert path.read_text() == HAZARD_FIXED
+
+
+def test_cli_fix_never_imports_torch(tmp_path):
+    write(tmp_path / "train.py", FIX_FIXTURES.joinpath("unseeded_script.py").read_text())
+    probe = (
+        "import sys\nfrom detaudit.cli import main\n"
+        "main(['check', '--fix', '--unsafe-fixes', '--no-cache', '-q', 'train.py'])\n"
+        "print(sorted(m for m in ('torch', 'numpy') if m in sys.modules))\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    run = subprocess.run([sys.executable, "-c", probe], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    assert run.stdout.strip().splitlines()[-1] == "[]", run.stderr
+    assert "detaudit.seed_everything(0)" in (tmp_path / "train.py").read_text()

@@ -28,7 +28,7 @@ import os
 import stat
 import tempfile
 import tokenize
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterable, Mapping
 
@@ -173,19 +173,18 @@ class _FileFixer:
                     else "a fix produced code that does not parse (a detaudit bug: please report it); file left unchanged"
                 )
                 return text
-            findings = self.reported(result.findings)
+            # per-file ignores match the display path, as in the check
+            findings = self.reported([replace(f, path=self.display_path) for f in result.findings])
             if before is None:
                 before = len(findings)
             self.remaining = len(findings)
             hits = self._fixable_hits(result, findings, context)
-            if not hits:
+            new_text = apply_edits(context.module, hits, context.facts.names.bindings(), unsafe=self.unsafe) if hits else text
+            if new_text == text:
                 break
             if round_number == MAX_ROUNDS:
                 self.error = f"fixes did not settle in {MAX_ROUNDS} rounds (a detaudit bug: please report it); file left unchanged"
                 return text
-            new_text = apply_edits(context.module, hits, context.facts.names.bindings(), unsafe=self.unsafe)
-            if new_text == text:
-                break
             text = new_text
         self.fixed = max(0, before - self.remaining)
         return text
@@ -203,17 +202,15 @@ class _FileFixer:
 
     @staticmethod
     def _fixable_hits(result: FileResult, findings: list[Finding], context: "FileContext") -> list[RuleHit]:
-        """Hits with edits whose findings are reported (not suppressed, not ignored)."""
+        """Hits with edits whose findings are reported (not suppressed, not ignored).
+
+        Suppression comments cover a line and per-file ignores a file, so a
+        hit's rule and line decide whether its finding is reported."""
         hits = [hit for hit in context.hits if edits_of(hit.fix)]
         if hits and (result.suppressed or len(findings) != len(result.findings)):
-            reported = {(f.code, f.line, f.column) for f in findings}
+            reported = {(f.code, f.line) for f in findings}
             positions = cst.MetadataWrapper(context.module, unsafe_skip_copy=True).resolve(cst.metadata.PositionProvider)
-
-            def key(hit: RuleHit) -> tuple:
-                start = positions[hit.node].start
-                return hit.rule.code, start.line, start.column + 1
-
-            hits = [hit for hit in hits if key(hit) in reported]
+            hits = [hit for hit in hits if (hit.rule.code, positions[hit.node].start.line) in reported]
         return hits
 
     def _write(self, original_data: bytes, new_data: bytes) -> None:
