@@ -323,6 +323,8 @@ def test_cli_diff_then_fix(tmp_path):
     path = write(tmp_path / "train.py", HAZARD)
     shown = detaudit("--diff", "train.py", cwd=tmp_path)
     assert "+torch.backends.cudnn.benchmark = False  # keep this comment" in shown.stdout
+    assert shown.stdout.startswith("--- a/train.py") and "Checked" not in shown.stdout  # only the diff: pipes into git apply
+    assert shown.returncode == 1  # something to fix, like ruff --diff
     assert path.read_text() == HAZARD
     fixed = detaudit("--fix", "train.py", cwd=tmp_path)
     assert fixed.returncode == 0, fixed.stderr

@@ -69,7 +69,9 @@ def run(args: argparse.Namespace) -> int:
     for message in check.messages:
         print(f"detaudit: {message}", file=sys.stderr)
 
-    if args.fix or args.diff:
+    if args.diff:
+        return _print_fix_diff(args, check, config, rules)
+    if args.fix:
         check = _apply_fixes(args, check, paths, config, rules)
     if args.add_ignores:
         from detaudit.static.baseline import add_ignores
@@ -86,17 +88,27 @@ def run(args: argparse.Namespace) -> int:
     return 1 if any(f.severity >= fail_on for f in check.findings) else 0
 
 
+def _print_fix_diff(args, check, config, rules) -> int:
+    """``--diff``: only the diff on stdout (so it pipes into ``git apply``); exit 1
+    when there is something to fix, like ruff."""
+    from detaudit.static.fix import apply_fixes
+
+    outcome = apply_fixes(check.results, paths=check.paths, rules=rules, config=config, unsafe=args.unsafe_fixes, write=False)
+    for error in outcome.errors:
+        print(f"detaudit: {error}", file=sys.stderr)
+    sys.stdout.write(outcome.diff)
+    print(f"{outcome.fixed} fixable finding{'s' if outcome.fixed != 1 else ''} (diff only, nothing written).", file=sys.stderr)
+    return 1 if outcome.fixed and not args.exit_zero else 0
+
+
 def _apply_fixes(args, check, paths, config, rules):
+    """``--fix``: write the fixes, then report what remains from a fresh check."""
     from detaudit.static.checker import run_check
     from detaudit.static.fix import apply_fixes
 
-    outcome = apply_fixes(check.results, paths=check.paths, rules=rules, unsafe=args.unsafe_fixes, write=not args.diff)
+    outcome = apply_fixes(check.results, paths=check.paths, rules=rules, config=config, unsafe=args.unsafe_fixes, write=True)
     for error in outcome.errors:
         print(f"detaudit: {error}", file=sys.stderr)
-    if args.diff:
-        sys.stdout.write(outcome.diff)
-        print(f"{outcome.fixed} fixable finding{'s' if outcome.fixed != 1 else ''} (diff only, nothing written).", file=sys.stderr)
-        return check
     rechecked = run_check(paths, config, rules, use_cache=not args.no_cache, jobs=args.jobs)
     print(
         f"Fixed {outcome.fixed} finding{'s' if outcome.fixed != 1 else ''}; {len(rechecked.findings)} remaining.",
