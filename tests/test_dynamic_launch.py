@@ -1,0 +1,93 @@
+"""launch.run_script: real child interpreters, real exit codes, real timeouts."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+import time
+from pathlib import Path
+
+from detaudit.dynamic.launch import LaunchOptions, run_script
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "dynamic"
+
+
+def _script(tmp_path: Path, body: str) -> Path:
+    path = tmp_path / "script.py"
+    path.write_text(textwrap.dedent(body))
+    return path
+
+
+def test_runs_the_script_as_main_with_its_argv_and_cwd(tmp_path):
+    script = _script(
+        tmp_path,
+        """
+        import os, sys, json
+        print(json.dumps({"name": __name__, "argv": sys.argv[1:], "cwd": os.getcwd()}))
+        """,
+    )
+    result = run_script(script, ["--lr", "0.1"], options=LaunchOptions(seed=None), cwd=tmp_path, timeout=60)
+    assert not result.failed, result.stderr
+    seen = json.loads(result.stdout)
+    assert seen == {"name": "__main__", "argv": ["--lr", "0.1"], "cwd": str(tmp_path)}
+    assert result.payload["exit_code"] == 0
+
+
+def test_seed_makes_unseeded_draws_equal_and_hash_seed_is_passed(tmp_path):
+    script = _script(
+        tmp_path,
+        """
+        import os, random, torch
+        print(random.random(), torch.rand(1).item(), os.environ.get("PYTHONHASHSEED"))
+        """,
+    )
+    outputs = [
+        run_script(script, options=LaunchOptions(seed=7, hash_seed="5"), timeout=60).stdout for _ in range(2)
+    ]
+    assert outputs[0] == outputs[1]
+    assert outputs[0].split()[-1] == "5"
+
+
+def test_stops_after_max_steps_and_saves_state(tmp_path):
+    result = run_script(
+        FIXTURES / "deterministic_mlp.py",
+        options=LaunchOptions(max_steps=2, save_state=True, output_dir=tmp_path / "out"),
+        timeout=120,
+    )
+    assert not result.failed, result.stderr
+    assert result.payload["steps"] == 2 and result.payload["stopped_at_max_steps"]
+    assert result.stdout == ""  # stopped before the final print
+    import torch
+
+    state = torch.load(result.payload["state_file"], weights_only=True)
+    assert {"model.0.weight", "model.0.weight.grad", "loss"} <= set(state)
+    assert any(name.startswith("optimizer.state[model.0.weight].exp_avg") for name in state)
+
+
+def test_perturb_moves_one_element_by_one_ulp(tmp_path):
+    result = run_script(
+        FIXTURES / "deterministic_mlp.py", options=LaunchOptions(max_steps=1, perturb_ulp_seed=3), timeout=120
+    )
+    perturbed = result.payload["perturbed"]
+    assert perturbed["param"] == "model.0.weight"
+    import numpy as np
+
+    old, new = np.float32(perturbed["old"]), np.float32(perturbed["new"])
+    assert new != old and new in (np.nextafter(old, np.float32(np.inf)), np.nextafter(old, np.float32(-np.inf)))
+
+
+def test_crash_exit_code_and_output_are_reported():
+    crashed = run_script(FIXTURES / "crash_after_step.py", timeout=120)
+    assert crashed.failed and crashed.returncode == 1
+    assert "ValueError: the data loader ran dry" in crashed.stderr
+    assert crashed.payload["error"].startswith("ValueError")
+    exited = run_script(FIXTURES / "exit_code.py", timeout=60)
+    assert exited.returncode == 3 and exited.failed
+
+
+def test_timeout_kills_a_hanging_script():
+    started = time.monotonic()
+    result = run_script(FIXTURES / "hang.py", options=LaunchOptions(seed=None), timeout=2)
+    assert result.timed_out and result.returncode is None and result.failed
+    assert time.monotonic() - started < 30
+    assert "timed out" in result.describe_failure()

@@ -1,0 +1,71 @@
+"""State comparison and the tracer's digest: exact, position-sensitive, every dtype."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from detaudit.dynamic.compare import Trace, compare_traces
+from detaudit.dynamic.state import compare_states, tensor_diff
+from detaudit.dynamic.tracer import OpTracer
+
+
+def test_tensor_diff_measures_abs_rel_ulp_and_fraction():
+    a = torch.tensor([1.0, 2.0, 3.0, 4.0])
+    b = a.clone()
+    b[1] = float(np.nextafter(np.float32(2.0), np.float32(3.0)))
+    b[3] = 4.5
+    diff = tensor_diff("x", a, b)
+    assert diff.fraction_differing == 0.5
+    assert diff.max_abs_diff == 0.5 and diff.max_rel_diff == 0.125
+    assert diff.max_ulp == (4.5 - 4.0) / float(np.spacing(np.float32(4.0)))
+    assert tensor_diff("x", a, a.clone()) is None
+
+
+def test_negative_zero_differs_and_missing_tensor_is_reported():
+    assert tensor_diff("z", torch.tensor([0.0]), torch.tensor([-0.0])).fraction_differing == 1.0  # bits, not values
+    diffs = compare_states({"a": torch.zeros(2)}, {"a": torch.zeros(2), "b": torch.ones(1)})
+    assert [d.name for d in diffs] == ["b"]
+
+
+def _digests(tensor: torch.Tensor) -> int:
+    tracer = OpTracer()
+    digest_id = tracer._stage_digest(tensor)
+    tracer.flush()
+    return tracer.digests[digest_id]
+
+
+def test_digest_sees_permutations_equal_pairs_and_every_dtype():
+    base = torch.arange(8, dtype=torch.float32)
+    assert _digests(base) == _digests(base.clone())
+    assert _digests(base) != _digests(base.flip(0))  # XOR hashes are blind to this
+    assert _digests(torch.tensor([3.0, 3.0])) != _digests(torch.tensor([5.0, 5.0]))  # x ^ x == 0
+    for dtype in (torch.int64, torch.int32, torch.int8, torch.uint8, torch.bool, torch.bfloat16, torch.float16, torch.complex64):
+        values = torch.tensor([1, 0, 1, 1]).to(dtype)
+        changed = values.clone()
+        changed[1] = 1
+        assert _digests(values) != _digests(changed), dtype
+
+
+def _trace(step) -> Trace:
+    tracer = OpTracer()
+    with tracer:
+        step()
+    return Trace(**tracer.trace_data())
+
+
+def test_compare_finds_the_op_whose_inputs_match_and_skips_allocations():
+    torch.manual_seed(0)
+    weights = torch.randn(4, 4)
+
+    def step(bump):
+        torch.empty(64)  # garbage, never compared
+        hidden = weights @ weights
+        nudged = hidden + torch.tensor(bump)  # a Python value entering torch
+        return nudged.relu().sum()
+
+    same = compare_traces(_trace(lambda: step(0.0)), _trace(lambda: step(0.0)))
+    assert same.causes == [] and same.propagated == 0
+    different = compare_traces(_trace(lambda: step(0.0)), _trace(lambda: step(1.0)))
+    assert [c.kind for c in different.causes] == ["external-input"]
+    assert different.propagated >= 2  # add, relu, sum only differ because of it

@@ -1,0 +1,114 @@
+"""`detaudit run` end to end: verdicts, exit codes, JSON shape, failures."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from xml.etree import ElementTree
+
+from detaudit.cli import main
+
+ROOT = Path(__file__).resolve().parents[1]
+FIXTURES = ROOT / "fixtures" / "dynamic"
+
+
+_HELP_THEN_REPORT_TORCH = """
+import contextlib, io, sys
+from detaudit.cli import main
+with contextlib.suppress(SystemExit), contextlib.redirect_stdout(io.StringIO()):
+    main(["run", "--help"])
+print("torch" in sys.modules)
+"""
+
+
+def _run(capsys, *args) -> tuple[int, str, str]:
+    code = main(["run", *map(str, args)])
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def test_deterministic_script_over_three_repeats(capsys, tmp_path):
+    junit = tmp_path / "junit.xml"
+    code, out, _ = _run(capsys, FIXTURES / "deterministic_mlp.py", "--format", "json", "--junit-xml", junit)
+    report = json.loads(out)
+    assert code == 0
+    assert report["verdict"] == "deterministic" and report["repeats"] == 3
+    assert report["root_causes"] == [] and report["tensors"] == []
+    assert set(report) >= {"verdict", "repeats", "root_causes", "tensors", "environment"}
+    assert "torch.version" in json.dumps(report["environment"])
+    assert ElementTree.parse(junit).getroot().get("failures") == "0"
+
+
+def test_index_put_race_is_localized_to_its_line(capsys, tmp_path):
+    junit = tmp_path / "junit.xml"
+    code, out, _ = _run(
+        capsys, FIXTURES / "index_put_backward.py", "--repeats", "2", "--format", "json", "--junit-xml", junit
+    )
+    report = json.loads(out)
+    assert code == 1 and report["verdict"] == "nondeterministic"
+    [cause] = report["root_causes"]
+    assert set(cause) >= {"kind", "op", "path", "line", "module", "phase", "seen", "max_abs_diff"}
+    assert cause["kind"] == "nondeterministic-op"
+    assert cause["op"].startswith("aten.index_put")
+    assert cause["phase"] == "backward"
+    assert (cause["path"], cause["line"]) == ("fixtures/dynamic/index_put_backward.py", 17) or cause["path"].endswith(
+        "index_put_backward.py"
+    ) and cause["line"] == 17  # the forward line W[idx], not loss.backward()
+    assert cause["seen"] == 1 and cause["max_abs_diff"] > 0
+    names = {tensor["name"] for tensor in report["tensors"]}
+    assert {"table", "table.grad"} <= names
+    assert ElementTree.parse(junit).getroot().get("failures") == "1"
+
+
+def test_sarif_and_github_formats_reuse_the_shared_writers(capsys):
+    code, out, _ = _run(capsys, FIXTURES / "external_numpy.py", "--repeats", "2", "--format", "sarif")
+    sarif = json.loads(out)
+    assert code == 1
+    [result] = sarif["runs"][0]["results"]
+    assert result["ruleId"] == "DYN004"
+    assert result["locations"][0]["physicalLocation"]["region"]["startLine"] == 13
+
+
+def test_crashing_script_exits_2_with_its_traceback(capsys, tmp_path):
+    junit = tmp_path / "junit.xml"
+    code, out, err = _run(capsys, FIXTURES / "crash_after_step.py", "--junit-xml", junit)
+    assert code == 2
+    assert "run 1 of the script exited with code 1" in err
+    assert "ValueError: the data loader ran dry" in err
+    assert ElementTree.parse(junit).getroot().get("errors") == "1"
+
+
+def test_hanging_script_is_killed_and_reported(capsys):
+    code, _, err = _run(capsys, FIXTURES / "hang.py", "--timeout", "3", "--no-seed")
+    assert code == 2 and "timed out" in err
+
+
+def test_bad_input_is_a_one_line_usage_error(capsys):
+    code, _, err = _run(capsys, "no_such_script.py")
+    assert code == 2 and err.strip() == "detaudit: error: no such script: no_such_script.py"
+    code, _, err = _run(capsys, FIXTURES / "exit_code.py", "--repeats", "1")
+    assert code == 2 and "--repeats" in err
+
+
+def test_script_args_after_double_dash_and_static_path_stays_light(tmp_path):
+    script = tmp_path / "echo_args.py"
+    script.write_text("import sys\nassert sys.argv[1:] == ['--lr', '0.5'], sys.argv\n")
+    process = subprocess.run(
+        [sys.executable, "-m", "detaudit", "run", str(script), "--repeats", "2", "--", "--lr", "0.5"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert process.returncode == 0, process.stderr
+    # registering `run` must not make the CLI import torch
+    check = subprocess.run(
+        [sys.executable, "-c", _HELP_THEN_REPORT_TORCH],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert check.stdout.strip() == "False"

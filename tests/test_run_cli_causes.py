@@ -1,0 +1,40 @@
+"""Every root-cause kind, on a real fixture script: verdict, kind, op and line."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from detaudit.cli import main
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "dynamic"
+
+CASES = [
+    # fixture, extra args, kind, op prefix, line, module
+    ("rng_reseed.py", [], "rng", "aten.bernoulli", 14, "model.1"),
+    ("uninitialized_bias.py", [], "uninitialized-memory", "aten.empty", 9, ""),
+    ("external_numpy.py", [], "external-input", "aten.lift_fresh", 13, ""),
+    ("control_flow_pid.py", [], "control-flow", "aten.randn", 14, ""),
+    ("thread_sum.py", ["--vary", "threads", "--repeats", "3"], "thread-count", "aten.sum", 11, ""),
+    ("hash_order_vocab.py", ["--vary", "hashseed", "--repeats", "3"], "hash-order", "aten.lift_fresh", 8, ""),
+]
+
+
+@pytest.mark.parametrize("fixture, extra, kind, op, line, module", CASES, ids=[c[2] for c in CASES])
+def test_root_cause_kind_op_and_line(capsys, fixture, extra, kind, op, line, module):
+    args = ["run", str(FIXTURES / fixture), "--format", "json", *(extra or ["--repeats", "2"])]
+    code = main(args)
+    report = json.loads(capsys.readouterr().out)
+    assert code == 1 and report["verdict"] == "nondeterministic"
+    [cause] = report["root_causes"]
+    assert (cause["kind"], cause["line"], cause["module"]) == (kind, line, module)
+    assert cause["op"].startswith(op)
+    assert cause["path"].endswith(fixture)
+    assert report["tensors"], "a root cause must show in the final state too"
+
+
+def test_thread_sum_is_deterministic_when_threads_are_not_varied(capsys):
+    code = main(["run", str(FIXTURES / "thread_sum.py"), "--repeats", "2", "--format", "json"])
+    assert code == 0 and json.loads(capsys.readouterr().out)["verdict"] == "deterministic"
