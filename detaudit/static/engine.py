@@ -82,6 +82,19 @@ def check_source(
     project_root: Path | None = None,
 ) -> FileResult:
     """Check Python ``text`` as if it were the file ``path`` (used by tests and examples)."""
+    return analyse_source(text, path, rules=rules, project_root=project_root)[0]
+
+
+def analyse_source(
+    text: str,
+    path: Path | str,
+    *,
+    rules: Iterable[type["Rule"]] | None = None,
+    project_root: Path | None = None,
+) -> tuple[FileResult, FileContext | None]:
+    """Check ``text`` and keep what the check saw: the tree, its facts and the
+    rule hits with their edits (``--fix`` needs them; a FileResult drops them).
+    The context is None when the file was not parsed."""
     path = Path(path)
     return _check_unit(SourceUnit(text), path, str(path), project_root or path.parent, rules)
 
@@ -96,7 +109,7 @@ def check_file(path: Path, display_path: str, project_root: Path, data: bytes | 
         return _unreadable(display_path, f"cannot read: {error.strerror or error}")
     except UnreadableSource as error:
         return _unreadable(display_path, str(error))
-    return _check_unit(unit, path, display_path, project_root, None)
+    return _check_unit(unit, path, display_path, project_root, None)[0]
 
 
 def _unreadable(display_path: str, reason: str) -> FileResult:
@@ -111,10 +124,10 @@ def _check_unit(
     display_path: str,
     project_root: Path,
     rules: Iterable[type["Rule"]] | None,
-) -> FileResult:
+) -> tuple[FileResult, FileContext | None]:
     result = FileResult(display_path)
     if not might_matter(unit.text):
-        return result
+        return result, None
 
     import libcst as cst
 
@@ -128,10 +141,10 @@ def _check_unit(
         message, line, column = _syntax_error_location(unit.text, error)
         cell, line = unit.locate(line)
         result.findings.append(ParseError.finding(display_path, message, line, column, cell))
-        return result
+        return result, None
     except (RecursionError, MemoryError, ValueError) as error:
         result.findings.append(ParseError.finding(display_path, f"cannot parse: {type(error).__name__}"))
-        return result
+        return result, None
     result.parsed = True
 
     facts = FileFacts()
@@ -142,7 +155,7 @@ def _check_unit(
         cst.visit_batched(module, walkers)
     except RecursionError:
         result.messages.append(f"{display_path}: too deeply nested to analyse; skipped")
-        return result
+        return result, None
     for rule in instances:
         try:
             rule.finish()
@@ -151,7 +164,7 @@ def _check_unit(
     result.dependencies = context.dependencies
     if context.hits:
         _collect_findings(context, result)
-    return result
+    return result, context
 
 
 def _syntax_error_location(text: str, error: "cst.ParserSyntaxError") -> tuple[str, int, int]:

@@ -36,7 +36,7 @@ import libcst as cst
 
 from detaudit.findings import Finding
 from detaudit.static.edits import Edit, InsertStatement, Replace, edits_of, is_import_line
-from detaudit.static.engine import FileResult, check_source
+from detaudit.static.engine import FileResult, analyse_source
 from detaudit.static.rule import Rule, RuleHit
 from detaudit.static.sources import UnreadableSource, decode_python
 
@@ -112,18 +112,6 @@ class _Reported:
         return filter_findings(findings, set(self.enabled), self.config)
 
 
-class _ContextProbe(Rule):
-    """Not a rule (it has no ``code``, so it is never registered): checked along
-    with the selected rules, it hands the fixer the file's context (tree, facts,
-    rule hits with their edits), which a plain check result drops."""
-
-    captured: list["FileContext"] = []
-
-    def __init__(self, context: "FileContext") -> None:
-        super().__init__(context)
-        _ContextProbe.captured.append(context)
-
-
 class _FileFixer:
     """Fixes one file: read, rounds of check-and-fix, diff, atomic write."""
 
@@ -192,13 +180,7 @@ class _FileFixer:
     def _check(self, text: str) -> tuple[FileResult, "FileContext | None"]:
         from detaudit.static.discovery import project_root_of
 
-        _ContextProbe.captured = []
-        try:
-            result = check_source(text, self.path, rules=[*self.rules, _ContextProbe], project_root=project_root_of(self.path))
-            context = _ContextProbe.captured[0] if _ContextProbe.captured else None
-        finally:
-            _ContextProbe.captured = []
-        return result, context
+        return analyse_source(text, self.path, rules=self.rules, project_root=project_root_of(self.path))
 
     @staticmethod
     def _fixable_hits(result: FileResult, findings: list[Finding], context: "FileContext") -> list[RuleHit]:
