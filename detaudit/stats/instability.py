@@ -19,9 +19,10 @@ from detaudit.stats.runner import OUTPUT_TAIL_LINES, launch, run_status
 
 BASELINE, ONE_ULP, RESEED = "baseline", "one ULP", "reseed"
 VARIANTS = (BASELINE, ONE_ULP, RESEED)
-# the one-ULP run "diverges as far as a reseed" when its distance to the
-# baseline is at least this share of the reseeded run's distance
+# the one-ULP run "diverges as far as a reseed" when its divergence from the
+# baseline is at least this share of the reseeded run's
 AS_FAR_AS_RESEED = 0.5
+NOTICEABLE = 0.01  # below this share the one-ULP run is as good as the baseline
 
 
 @dataclass
@@ -130,39 +131,51 @@ class ProbeReport:
     reseed: Divergence
 
     @property
+    def measure(self) -> tuple[str, float, float] | None:
+        """(what, one-ULP value, reseed value) the verdict rests on: the
+        disagreement of logged predictions when there are some (Summers &
+        Dinneen's functional measure: weights of two equally good models can be
+        far apart), else the relative L2 distance of the final weights."""
+        if self.ulp.disagreement and self.reseed.disagreement:
+            name = next(iter(self.ulp.disagreement))
+            return f"disagreement on predictions '{name}'", self.ulp.disagreement[name], self.reseed.disagreement[name]
+        if self.ulp.parameter_distance is not None and self.reseed.parameter_distance is not None:
+            return "relative L2 distance of the final weights", self.ulp.parameter_distance, self.reseed.parameter_distance
+        return None
+
+    @property
     def ulp_share(self) -> float | None:
-        """The one-ULP run's distance as a share of the reseeded run's."""
-        ulp, reseed = self.ulp.parameter_distance, self.reseed.parameter_distance
-        if ulp is None or reseed is None or reseed == 0.0:
+        """The one-ULP run's divergence as a share of the reseeded run's."""
+        measure = self.measure
+        if measure is None or measure[2] == 0.0:
             return None
-        return ulp / reseed
+        return measure[1] / measure[2]
 
     def conclusion(self) -> str:
-        share = self.ulp_share
         if self.ulp.parameter_distance == 0.0:
             return (
                 "the one-ULP change left no trace: the final weights are bitwise identical to the baseline "
                 "(the perturbed weight was overwritten or never used)"
             )
+        share = self.ulp_share
         if share is None:
-            return "no parameter distance could be measured (the runs saved no trained weights)"
-        disagreement = ""
-        if self.ulp.disagreement and self.reseed.disagreement:
-            name = next(iter(self.ulp.disagreement))
-            disagreement = (
-                f"; predictions '{name}' disagree on {self.ulp.disagreement[name]:.1%} of examples "
-                f"after one ULP vs {self.reseed.disagreement[name]:.1%} after a reseed"
-            )
+            return "nothing to compare: the runs saved no trained weights and logged no predictions, or the reseed changed nothing"
+        what, ulp, reseed = self.measure
+        facts = f"{what}: {ulp:.3g} after one ULP vs {reseed:.3g} after a reseed ({share:.2g} of it)"
         if share >= AS_FAR_AS_RESEED:
             return (
-                f"UNSTABLE: one ULP in one weight moved the final weights {share:.0%} as far as a new seed"
-                f"{disagreement}. Any nondeterminism in this training is as costly as reseeding: "
+                f"UNSTABLE: one ULP in one weight diverged about as far as a new seed; {facts}. "
+                "Any nondeterminism in this training costs as much as reseeding: "
                 "compare models over several seeds, or make training deterministic."
             )
+        if share >= NOTICEABLE:
+            return (
+                f"partly unstable: the one-ULP change grew into a noticeable difference; {facts}. "
+                "Longer training usually takes it further."
+            )
         return (
-            f"stable to one ULP: the one-ULP run ended at {share:.2g} of a reseed's distance from the baseline"
-            f"{disagreement}; small numerical noise does not grow into a different model at this length "
-            "(longer training often changes this)."
+            f"stable to one ULP at this length: {facts}; "
+            "the tiny change did not grow into a different model (longer training often changes this)."
         )
 
     def to_dict(self) -> dict:
@@ -189,7 +202,8 @@ class ProbeReport:
                 "runs": {variant: run_dict(run) for variant, run in self.runs.items()},
                 "one_ulp_vs_baseline": divergence_dict(self.ulp),
                 "reseed_vs_baseline": divergence_dict(self.reseed),
-                "one_ulp_share_of_reseed_distance": self.ulp_share,
+                "verdict_measure": self.measure[0] if self.measure else None,
+                "one_ulp_share_of_reseed": self.ulp_share,
                 "conclusion": self.conclusion(),
             }
         )
