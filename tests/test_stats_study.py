@@ -5,7 +5,11 @@ from __future__ import annotations
 
 import csv
 import json
+import os
 import re
+import subprocess
+import sys
+from pathlib import Path
 from xml.etree import ElementTree
 
 import numpy as np
@@ -27,6 +31,7 @@ from detaudit.stats.study import (
     shard_of,
 )
 
+REPO = Path(__file__).resolve().parents[1]
 SETTINGS = StudySettings(script="/abs/train.py", script_args=("--lr", "0.1"), runs=3, seed=5)
 
 
@@ -154,3 +159,17 @@ def test_logged_values_and_stdout_lines_are_read_back(monkeypatch, tmp_path):
     assert outputs.history == {"loss": {0: 0.5, 1: 0.125}, "top5": {7: 99.0}, "ece": {7: 0.03}}
     assert np.array_equal(np.load(outputs.predictions["test_set"]), np.eye(3))
     assert len(outputs.problems) == 1 and "not json" in outputs.problems[0]
+
+
+def test_metric_helpers_and_stats_cli_modules_stay_light():
+    # a user script's `detaudit.log_metric` and building the stats parsers import neither torch nor numpy
+    code = (
+        "import sys, detaudit, detaudit.cli.variance, detaudit.cli.compare, detaudit.cli.instability\n"
+        "detaudit.log_metric('acc', 0.5)\n"
+        "heavy = [name for name in ('torch', 'numpy') if name in sys.modules]\n"
+        "assert not heavy, heavy\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, env={
+        key: value for key, value in os.environ.items() if key != metrics.STATS_DIR_ENV
+    })
+    assert result.returncode == 0, result.stderr
