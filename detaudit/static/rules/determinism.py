@@ -300,6 +300,8 @@ class DeterministicOff(Rule):
         "import argparse, torch\np = argparse.ArgumentParser()\np.add_argument('--no-det', dest='det', action='store_false')\n"
         "torch.use_deterministic_algorithms(p.parse_args().det)\n",
         "import torch\ntorch.set_deterministic_debug_mode('error')\n",
+        # None in flags() keeps the current setting
+        "import torch\nwith torch.backends.cudnn.flags(enabled=None, benchmark=None, deterministic=None, allow_tf32=False):\n    pass\n",
     )
     INVALID = (
         Invalid("import torch\ntorch.use_deterministic_algorithms(False)\n", line=2, message="turned off"),
@@ -324,13 +326,13 @@ class DeterministicOff(Rule):
             if request.turns_off and request.framework is None:
                 self.report(
                     request.call.node,
-                    f"deterministic algorithms turned off: {describe_call(request.call)}({request.enabled.describe()}).",
+                    f"deterministic algorithms turned off: {describe_call(request.call)} receives {request.enabled.describe()}.",
                 )
         if state.enabled:
             return
         for write in state.library_settings:
             value = self.facts.evaluate(write.value)
-            if value.falsy:
+            if value.is_(False, 0):  # None (as in ``cudnn.flags(deterministic=None)``) keeps the setting
                 fix = Replace(write.value, cst.Name("True"), safe=value.flag is None) if write.value is not None else None
                 self.report(write.node, f"deterministic kernels turned off: {write.target} = {value.describe()}.", fix=fix)
 
@@ -398,9 +400,15 @@ class CublasWorkspaceConfig(Rule):
         f"import os, torch\nos.environ.setdefault('{CUBLAS_VARIABLE}', ':16:8')\ntorch.use_deterministic_algorithms(True)\n",
         "import torch\nimport lightning as L\ntrainer = L.Trainer(deterministic=True)\n",
         "import torch\ntorch.use_deterministic_algorithms(False)\n",
+        # a library helper that switches the mode temporarily: the caller's environment decides
+        "import torch\n\ndef topk_deterministic(x, k):\n    torch.use_deterministic_algorithms(True)\n    return torch.topk(x, k)\n",
     )
     INVALID = (
         Invalid("import torch\ntorch.use_deterministic_algorithms(True)\n", line=2, message=f"torch < {_CUBLAS_FIXED_IN}"),
+        Invalid(
+            "import torch\n\ndef main():\n    torch.use_deterministic_algorithms(True)\n\nif __name__ == '__main__':\n    main()\n",
+            line=4,
+        ),
         Invalid("import torch\nfrom transformers import set_seed\nset_seed(0, deterministic=True)\n", line=3),
         Invalid(
             f"import os, torch\nos.environ['{CUBLAS_VARIABLE}'] = ':0:0'\ntorch.use_deterministic_algorithms(True)\n",
@@ -410,12 +418,17 @@ class CublasWorkspaceConfig(Rule):
     )
 
     def finish(self) -> None:
-        requests = [r for r in determinism_state(self.facts).requests if r.turns_on]
-        if not requests or any(r.sets_cublas_workspace for r in requests):
+        facts = self.facts
+        requests = [r for r in determinism_state(facts).requests if r.turns_on]
+        if any(r.sets_cublas_workspace for r in requests):
             return
-        writes = list(self.facts.environment_writes(CUBLAS_VARIABLE))
+        # a library function that switches the mode for its caller runs under the caller's environment
+        requests = [r for r in requests if r.call.scope.at_module_level or facts.has_main_guard]
+        if not requests:
+            return
+        writes = list(facts.environment_writes(CUBLAS_VARIABLE))
         for write in writes:
-            value = self.facts.evaluate(write.value)
+            value = facts.evaluate(write.value)
             if value.known and value.value not in CUBLAS_WORKSPACE_CONFIG_VALUES:
                 accepted = " or ".join(CUBLAS_WORKSPACE_CONFIG_VALUES)
                 self.report(write.node, f"{CUBLAS_VARIABLE}={value.describe()} is not a value torch accepts ({accepted}).")

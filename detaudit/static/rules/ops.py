@@ -58,6 +58,21 @@ def _mentions_call(facts: FileFacts, node: cst.CSTNode, qualnames: frozenset[str
     return False
 
 
+def _fits_signature(call: CallFact, match: OpMatch) -> bool:
+    """Whether the call could bind to the op's signature: ``group.gather(outputs,
+    inputs, opts)`` passes more positional arguments than ``Tensor.gather(dim,
+    index)`` takes, so it is some other object's method."""
+    if call.has_star_args:
+        return True
+    params = match.spelling.params
+    explicit_self = match.spelling.kind == "method" and (call.qualname or "").startswith("torch.Tensor.")
+    positional = sum(1 for arg in call.node.args if arg.keyword is None)
+    if positional - int(explicit_self) > sum(1 for p in params if p.position is not None):
+        return False
+    names = {p.name for p in params}
+    return all(arg.keyword is None or arg.keyword.value in names for arg in call.node.args)
+
+
 class NondeterministicOp(Rule):
     code = "DET020"
     name = "nondeterministic-op"
@@ -99,6 +114,9 @@ class NondeterministicOp(Rule):
         "import torch\nimport torch.nn.functional as F\nwith torch.no_grad():\n    y = F.grid_sample(x, grid)\n",
         # numpy's put is not torch's
         "import numpy as np\nimport torch\nnp.put(a, [0, 0], [1, 2])\n",
+        # a collective and a module's own method, not Tensor.gather
+        "import torch\nwork = group.gather(output_tensors, input_tensors, opts)\n",
+        "import torch\n\nclass Parallel(torch.nn.Module):\n    def forward(self, outputs):\n        return self.gather(outputs, 0)\n",
     )
     INVALID = (
         Invalid("import torch\nout.index_add_(0, index, src)\n", line=2, message="atomicAdd on CUDA (forward)"),
@@ -139,8 +157,12 @@ class NondeterministicOp(Rule):
                 continue
             if self._under_determinism_guard(call.scope, guarded):
                 continue
+            if method is not None and not self._may_be_tensor(call.node.func.value):
+                continue
             for match in table.match_call(call.qualname, method, call_arguments(facts, call)):
-                if not match.certain or (match.phases == ("backward",) and self._without_grad(call.scope)):
+                if not match.certain or not _fits_signature(call, match):
+                    continue
+                if match.phases == ("backward",) and self._without_grad(call.scope):
                     continue
                 if not state.enabled:
                     pending[match.entry.id].append((call, match))
@@ -171,6 +193,13 @@ class NondeterministicOp(Rule):
             f"{match.spelling.display} will raise under deterministic mode on {devices}{when} ({phases}): "
             "it has no deterministic implementation."
         )
+
+    def _may_be_tensor(self, receiver: cst.BaseExpression) -> bool:
+        """``self.gather(...)`` / ``cls.gather(...)`` call the class's own method, and
+        ``Config.gather()`` a class defined in this file: not Tensor methods."""
+        if isinstance(receiver, cst.Name):
+            return receiver.value not in ("self", "cls") and receiver.value not in self.facts.classes
+        return True
 
     def _under_determinism_guard(self, scope: Scope, guarded: dict[int, bool]) -> bool:
         """Inside ``if torch.are_deterministic_algorithms_enabled():`` (either branch:
