@@ -379,6 +379,8 @@ TF_MODULES = ("tensorflow", "keras", "tf_keras")
 #: JAX training: gradient transforms and optimiser libraries.
 JAX_TRAINING_CALLS = frozenset({"jax.grad", "jax.value_and_grad"})
 JAX_TRAINING_PREFIXES = ("optax.",)
+#: ``state.apply_gradients(grads=...)`` (flax TrainState) counts in files that import jax.
+JAX_TRAINING_METHODS = frozenset({"apply_gradients", "apply_gradient"})
 #: XLA flags that make GPU ops deterministic (openxla/xla docs/determinism.md;
 #: ``--xla_gpu_deterministic_ops`` also turns autotuning off, PR #12520).
 XLA_FLAGS_VARIABLE = "XLA_FLAGS"

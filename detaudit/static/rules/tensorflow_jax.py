@@ -12,6 +12,7 @@ import libcst as cst
 from detaudit.findings import Severity
 from detaudit.knowledge.apis import (
     JAX_TRAINING_CALLS,
+    JAX_TRAINING_METHODS,
     JAX_TRAINING_PREFIXES,
     TF_DETERMINISM_ENABLERS,
     TF_DETERMINISM_ENVIRONMENT,
@@ -182,32 +183,41 @@ class XlaNondeterministicOps(Rule):
         may be nondeterministic, and autotunes kernel choices by timing.
         `--xla_gpu_deterministic_ops=true` (or
         `--xla_gpu_exclude_nondeterministic_ops=true`) in `XLA_FLAGS` switches to
-        deterministic implementations.  A script that sets GPU flags in
-        `XLA_FLAGS` but leaves these out, or sets them to false, trains
-        nondeterministically.  Flags for CPU runs are not reported (XLA on CPU
-        does not need them).
+        deterministic implementations.  A JAX training file that sets GPU flags
+        in `XLA_FLAGS` but leaves these out, or sets them to false, trains
+        nondeterministically.  Flags for CPU runs (XLA on CPU does not need
+        them) and files that train nothing (inference or compile benchmarks)
+        are not reported.
         """
     fix_hint = "Add `--xla_gpu_deterministic_ops=true` to `XLA_FLAGS` before JAX or TensorFlow initialise the GPU."
     VALID = (
-        "import os\nos.environ['XLA_FLAGS'] = '--xla_gpu_deterministic_ops=true --xla_gpu_enable_latency_hiding_scheduler=true'\nimport jax\n",
+        "import os\nos.environ['XLA_FLAGS'] = '--xla_gpu_deterministic_ops=true --xla_gpu_enable_latency_hiding_scheduler=true'\nimport jax\ng = jax.grad(f)\n",
         # CPU-only flags
-        "import os\nos.environ['XLA_FLAGS'] = '--xla_force_host_platform_device_count=8'\nimport jax\n",
-        "import os\nos.environ['XLA_FLAGS'] = os.environ.get('XLA_FLAGS', '') + ' --xla_gpu_exclude_nondeterministic_ops=true'\nimport jax\n",
+        "import os\nos.environ['XLA_FLAGS'] = '--xla_force_host_platform_device_count=8'\nimport jax\ng = jax.grad(f)\n",
+        "import os\nos.environ['XLA_FLAGS'] = os.environ.get('XLA_FLAGS', '') + ' --xla_gpu_exclude_nondeterministic_ops=true'\nimport jax\ng = jax.grad(f)\n",
+        # an inference benchmark: nothing is trained here
+        "import os\nos.environ['XLA_FLAGS'] = '--xla_gpu_triton_gemm_any=True'\nimport jax\nout = jax.jit(model.apply)(params, x)\n",
+        # a TensorFlow script pointing XLA at CUDA
+        "import os\nos.environ['XLA_FLAGS'] = '--xla_gpu_cuda_data_dir=/usr/lib/cuda/'\nimport tensorflow as tf\nmodel.fit(x, y)\n",
     )
     INVALID = (
         Invalid(
-            "import os\nos.environ['XLA_FLAGS'] = '--xla_gpu_enable_triton_gemm=false'\nimport jax\n",
+            "import os\nos.environ['XLA_FLAGS'] = '--xla_gpu_enable_triton_gemm=false'\nimport jax, optax\nopt = optax.adam(1e-3)\n",
             line=2,
             message="--xla_gpu_deterministic_ops",
         ),
-        Invalid("import os\nos.environ['XLA_FLAGS'] = '--xla_gpu_deterministic_ops=false'\nimport jax\n", line=2, message="turns"),
+        Invalid("import os\nos.environ['XLA_FLAGS'] = '--xla_gpu_deterministic_ops=false'\nimport jax\nstate = state.apply_gradients(grads=g)\n", line=2, message="turns"),
         Invalid(
-            "import os\nos.environ['XLA_FLAGS'] = f\"{os.environ.get('XLA_FLAGS', '')} --xla_gpu_autotune_level=4\"\nimport jax\n",
+            "import os\nos.environ['XLA_FLAGS'] = f\"{os.environ.get('XLA_FLAGS', '')} --xla_gpu_autotune_level=4\"\nimport jax\ng = jax.value_and_grad(f)\n",
             line=2,
         ),
     )
 
     def finish(self) -> None:
+        # flags in an inference or compile-analysis script, or a TensorFlow script that
+        # does not compile with XLA, are not a training hazard
+        if not any(_is_jax_training_call(self.facts, call) for call in self.facts.calls):
+            return
         for write in self.facts.environment_writes(XLA_FLAGS_VARIABLE):
             text = flag_text(self.facts, write.value)
             verdict = xla_determinism(text)
@@ -252,7 +262,7 @@ class JaxDeterminismNotRequested(Rule):
         facts = self.facts
         if not facts.imports_module("jax") or any(facts.environment_writes(XLA_FLAGS_VARIABLE)):
             return
-        evidence = script_evidence(facts, _is_jax_training_call)
+        evidence = script_evidence(facts, lambda call: _is_jax_training_call(facts, call))
         if evidence is not None and not any(project_helper_named(call, "determinis") for call in facts.calls):
             self.report(
                 evidence.node,
@@ -261,6 +271,8 @@ class JaxDeterminismNotRequested(Rule):
             )
 
 
-def _is_jax_training_call(call: CallFact) -> bool:
+def _is_jax_training_call(facts: FileFacts, call: CallFact) -> bool:
     qualname = call.qualname or ""
-    return qualname in JAX_TRAINING_CALLS or qualname.startswith(JAX_TRAINING_PREFIXES)
+    if qualname in JAX_TRAINING_CALLS or qualname.startswith(JAX_TRAINING_PREFIXES):
+        return True
+    return call.qualname is None and call.method in JAX_TRAINING_METHODS and facts.imports_module("jax")
