@@ -300,6 +300,8 @@ class DeterministicOff(Rule):
         "import argparse, torch\np = argparse.ArgumentParser()\np.add_argument('--no-det', dest='det', action='store_false')\n"
         "torch.use_deterministic_algorithms(p.parse_args().det)\n",
         "import torch\ntorch.set_deterministic_debug_mode('error')\n",
+        # putting the default back after a guarded block
+        "import torch\ntry:\n    torch.use_deterministic_algorithms(True)\n    check()\nfinally:\n    torch.use_deterministic_algorithms(False)\n",
         # None in flags() keeps the current setting
         "import torch\nwith torch.backends.cudnn.flags(enabled=None, benchmark=None, deterministic=None, allow_tf32=False):\n    pass\n",
     )
@@ -323,7 +325,7 @@ class DeterministicOff(Rule):
     def finish(self) -> None:
         state = determinism_state(self.facts)
         for request in state.requests:
-            if request.turns_off and request.framework is None:
+            if request.turns_off and request.framework is None and not _restores_in_finally(request.call):
                 self.report(
                     request.call.node,
                     f"deterministic algorithms turned off: {describe_call(request.call)} receives {request.enabled.describe()}.",
@@ -335,6 +337,20 @@ class DeterministicOff(Rule):
             if value.is_(False, 0):  # None (as in ``cudnn.flags(deterministic=None)``) keeps the setting
                 fix = Replace(write.value, cst.Name("True"), safe=value.flag is None) if write.value is not None else None
                 self.report(write.node, f"deterministic kernels turned off: {write.target} = {value.describe()}.", fix=fix)
+
+
+def _restores_in_finally(call: CallFact) -> bool:
+    """``try: ...deterministic check... finally: use_deterministic_algorithms(False)``
+    puts the default back after a guarded block; it turns nothing off for the run."""
+    for condition in call.scope.conditions:
+        if isinstance(condition, cst.Try) and condition.finalbody is not None:
+            stack: list[cst.CSTNode] = [condition.finalbody]
+            while stack:
+                node = stack.pop()
+                if node is call.node:
+                    return True
+                stack.extend(node.children)
+    return False
 
 
 class DeterministicWarnOnly(Rule):
