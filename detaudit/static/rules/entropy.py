@@ -12,6 +12,7 @@ from detaudit.knowledge.apis import (
     SEED_PARAMETERS,
     SEEDED_BY_OS_WHEN_NONE,
     SEEDING_METHODS,
+    STATE_RESTORING_METHODS,
 )
 from detaudit.static.facts import CallFact
 from detaudit.static.names import dotted_name
@@ -53,6 +54,7 @@ class EntropySeed(Rule):
         "import random, numpy as np, torch\nSEED = 0\nrandom.seed(SEED)\nnp.random.seed(SEED)\ntorch.manual_seed(SEED)\nrng = np.random.default_rng(SEED)\n",
         # a generator created empty and seeded right after
         "import random\nrng = random.Random()\nrng.seed(1234)\n",
+        "import random\ndef replay(state):\n    r = random.Random()\n    r.setstate(state)\n    return r.random()\n",
         # time is measured, not used as a seed
         "import time, torch\ntorch.manual_seed(0)\nstart = time.time()\nelapsed = time.time() - start\n",
         # hash() of an int is not salted
@@ -99,7 +101,9 @@ class EntropySeed(Rule):
         seeded_later = {
             dotted_name(call.node.func.value)
             for call in self.facts.calls
-            if call.method in SEEDING_METHODS and call.node.args and isinstance(call.node.func, cst.Attribute)
+            if call.method in SEEDING_METHODS | STATE_RESTORING_METHODS
+            and call.node.args
+            and isinstance(call.node.func, cst.Attribute)
         }
         for target, value in self._assignments:
             source = self._entropy_source(value) if _is_seed_name(target) else None

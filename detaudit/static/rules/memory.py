@@ -23,6 +23,7 @@ from detaudit.knowledge.apis import (
     IN_PLACE_INIT_PREFIX,
     METADATA_METHODS,
     PARTIAL_WRITE_METHODS,
+    TENSOR_VIEW_FUNCTIONS,
 )
 from detaudit.static.rule import Invalid, Rule
 
@@ -87,6 +88,8 @@ class UninitializedMemory(Rule):
         "import torch\nrows = torch.empty(3, 4)\nfor i in range(3):\n    rows[i] = torch.ones(4)\ntotal = rows.sum()\n",
         # metadata only
         "import torch\nx = torch.empty(3, 4)\nshape = x.shape\nn = x.numel()\n",
+        # written through views (aliases the linter does not follow)
+        "import torch\nout = torch.empty(2, 4)\nfirst, second = out.unbind(0)\nfirst.fill_(0)\nsecond.fill_(1)\ntotal = out.sum()\n",
     )
     INVALID = (
         Invalid("import torch\nx = torch.empty(10)\nx[:5] = 1.0\ns = x.sum()\n", line=2, message="only partly written"),
@@ -193,6 +196,8 @@ class UninitializedMemory(Rule):
             tensor.partly_written = True
         elif method in METADATA_METHODS:
             return
+        elif method in TENSOR_VIEW_FUNCTIONS:
+            raise _Undecided  # an alias that may be written through
         elif method.endswith("_") or isinstance(call_parent, cst.Attribute) and call_parent.attr.value.endswith("_"):
             raise _Undecided  # other in-place updates, or a view that is then written
         else:
@@ -203,7 +208,8 @@ class UninitializedMemory(Rule):
         if arg.keyword is not None and arg.keyword.value == "out" or callee.startswith(IN_PLACE_INIT_PREFIX):
             tensor.done = True
             return
-        if callee.startswith("torch.") and callee.count(".") == 1 and not callee[len("torch.") :].startswith("_"):
+        function = callee[len("torch.") :]
+        if callee.startswith("torch.") and "." not in function and not function.startswith("_") and function not in TENSOR_VIEW_FUNCTIONS:
             self._read(tensor, f"read by `{callee}`")
             return
         raise _Undecided  # an unknown function may fill it

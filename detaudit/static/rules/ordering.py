@@ -109,6 +109,7 @@ class Unordered:
     report_at: cst.CSTNode  # where the fix goes
     ordered: bool  # already a sequence (a listing) or still a set
     fix: object = None
+    walk: bool = False  # an ``os.walk``-style generator of (dir, dirs, files)
 
 
 _APPENDING_METHODS = frozenset({"append", "extend", "insert", "appendleft"})
@@ -247,11 +248,13 @@ class _ScopeFlow:
         receiver = call.func.value if isinstance(call.func, cst.Attribute) else None
         method = call.func.attr.value if isinstance(call.func, cst.Attribute) else None
         callee = self.facts.names.resolve(call.func)
-        label = callee or method or "a call"
+        label = callee or dotted_name(call.func) or method or "a call"
         if callee in ORDER_INSENSITIVE_CALLS:
             return None
         if callee in ORDER_PRESERVING_CALLS:
             return self.rule.materialised(value, call)
+        if callee == "next" and value.walk:
+            return None  # the first step of a walk is the top directory itself
         if callee in ORDER_CAPTURING_CALLS or method == "join":
             self.rule.found(self.rule.materialised(value, call), f"passed to `{label}`")
             return None
@@ -345,10 +348,7 @@ class _OrderRule(Rule):
 
     def finish(self) -> None:
         for scope in self._marked.values():
-            body = scope.body if isinstance(scope, cst.Module) else scope.body.body
-            if not isinstance(body, (list, tuple)):
-                body = (body,)  # ``def f(): return x`` on one line
-            _ScopeFlow(self).run(body)
+            _ScopeFlow(self).run(scope.body if isinstance(scope, cst.Module) else scope.body.body)
 
     def found(self, value: Unordered, use: str) -> None:
         if id(value.report_at) in self._reported:
@@ -371,8 +371,9 @@ class _OrderRule(Rule):
         raise NotImplementedError
 
 
+_WALKS = frozenset({"os.walk", "os.fwalk", "tensorflow.io.gfile.walk"})
 #: Listings whose entries do not compare (``DirEntry``) or that are not flat (walks).
-_UNSORTABLE_LISTINGS = frozenset({"os.walk", "os.fwalk", "os.scandir", "tensorflow.io.gfile.walk"})
+_UNSORTABLE_LISTINGS = _WALKS | {"os.scandir"}
 
 
 class UnorderedFileListing(_OrderRule):
@@ -400,6 +401,8 @@ class UnorderedFileListing(_OrderRule):
         "import os, torch\nfor name in os.listdir('tmp'):\n    os.remove(os.path.join('tmp', name))\n",
         "import os, torch\npaths = []\nfor root, dirs, files in os.walk('data'):\n    for f in files:\n        paths.append(os.path.join(root, f))\npaths.sort()\nloader = torch.utils.data.DataLoader(paths)\n",
         "from pathlib import Path\nimport torch\nimages = sorted(p for p in Path('data').rglob('*.png') if p.is_file())\n",
+        # the first step of a walk is the top directory; its names are only tested for membership
+        "import os, torch\nknown = next(os.walk('hub'))[1]\ntrusted = 'owner_repo' in known\n",
     )
     INVALID = (
         Invalid(
@@ -446,7 +449,7 @@ class UnorderedFileListing(_OrderRule):
         fix = None  # DirEntry objects and walk tuples need a key or per-level sorting
         if qualname not in _UNSORTABLE_LISTINGS:
             fix = Replace(node, cst.Call(cst.Name("sorted"), [cst.Arg(node)]))
-        return Unordered(label, node, ordered=True, fix=fix)
+        return Unordered(label, node, ordered=True, fix=fix, walk=qualname in _WALKS)
 
     def loop_targets(self, loop: cst.For, flow: _ScopeFlow) -> None:
         # ``for root, dirs, files in os.walk(...)``: dirs and files are listings too
