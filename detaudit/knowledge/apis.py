@@ -323,6 +323,145 @@ BACKEND_ATTRIBUTES: dict[str, frozenset[str]] = {
 #: cuBLAS workspaces (PR #85447) are deterministic without it.
 CUBLAS_WORKSPACE_CONFIG_REQUIRED_BEFORE = (2, 10)
 #: The values torch's old check accepted; the first is what fixes set.
+# --- entropy, unseeded generators, worker RNGs (entropy-seed, dataloader-worker-seed) ---
+
+#: Calls whose value differs on every run: a seed derived from one is no seed.
+ENTROPY_CALLS = frozenset(
+    {
+        "time.time", "time.time_ns", "time.perf_counter", "time.perf_counter_ns",
+        "time.monotonic", "time.monotonic_ns", "time.process_time", "time.process_time_ns",
+        "datetime.datetime.now", "datetime.datetime.utcnow", "datetime.datetime.today",
+        "datetime.date.today", "os.urandom", "os.getrandom", "os.getpid",
+        "uuid.uuid1", "uuid.uuid4", "random.SystemRandom",
+        "torch.seed", "torch.random.seed", "torch.cuda.seed", "torch.cuda.seed_all",
+    }
+)
+#: Every function of these modules draws from the OS entropy pool.
+ENTROPY_MODULE_PREFIXES = ("secrets.",)
+
+#: Calls that reseed a global RNG from the OS (or a random number) on every run.
+RESEED_FROM_ENTROPY = frozenset(
+    {"torch.seed", "torch.random.seed", "torch.cuda.seed", "torch.cuda.seed_all"}
+)
+
+#: Calls that take a seed, and where it goes (keyword, position); a missing or
+#: ``None`` seed means "seed from the OS" for the ones in SEEDED_BY_OS_WHEN_NONE.
+SEED_PARAMETERS: dict[str, tuple[str, int]] = {
+    "torch.manual_seed": ("seed", 0),
+    "torch.random.manual_seed": ("seed", 0),
+    "torch.cuda.manual_seed": ("seed", 0),
+    "torch.cuda.manual_seed_all": ("seed", 0),
+    "random.seed": ("a", 0),
+    "random.Random": ("x", 0),
+    "numpy.random.seed": ("seed", 0),
+    "numpy.random.default_rng": ("seed", 0),
+    "numpy.random.RandomState": ("seed", 0),
+    "numpy.random.SeedSequence": ("entropy", 0),
+    "numpy.random.PCG64": ("seed", 0),
+    "numpy.random.MT19937": ("seed", 0),
+    "numpy.random.Philox": ("seed", 0),
+    "numpy.random.SFC64": ("seed", 0),
+    "tensorflow.random.set_seed": ("seed", 0),
+    "tensorflow.keras.utils.set_random_seed": ("seed", 0),
+    "keras.utils.set_random_seed": ("seed", 0),
+    "jax.random.PRNGKey": ("seed", 0),
+    "jax.random.key": ("seed", 0),
+    **{name: ("seed", 0) for name in SEEDING_FUNCTIONS if name.split(".")[-1] in ("seed_everything", "set_seed", "set_random_seed", "random_seed")},
+}
+SEEDED_BY_OS_WHEN_NONE = frozenset(
+    {
+        "random.seed", "random.Random", "numpy.random.seed", "numpy.random.default_rng",
+        "numpy.random.RandomState", "numpy.random.SeedSequence", "numpy.random.PCG64",
+        "numpy.random.MT19937", "numpy.random.Philox", "numpy.random.SFC64",
+    }
+)
+#: Methods that seed a generator object in place (``rng.seed(0)``, ``g.manual_seed(0)``).
+SEEDING_METHODS = frozenset({"seed", "manual_seed"})
+
+#: Global RNG state torch does NOT reseed in DataLoader workers (it reseeds
+#: ``random``, numpy's legacy global RNG and torch; worker.py since torch 1.9).
+#: Forked workers inherit these states, so every worker draws the same numbers.
+UNRESEEDED_WORKER_RNG_CALLS = frozenset({"cv2.randu", "cv2.randn", "cv2.randShuffle"})
+UNRESEEDED_WORKER_RNG_MODULES = ("imgaug",)
+#: Generator objects whose state a worker inherits when created at module level.
+RNG_INSTANCE_CONSTRUCTORS = frozenset(
+    {"random.Random", "numpy.random.RandomState", "numpy.random.default_rng", "numpy.random.Generator"}
+)
+
+DATALOADER = "torch.utils.data.DataLoader"
+RANDOM_SPLIT = "torch.utils.data.random_split"
+RANDOM_SAMPLER = "torch.utils.data.RandomSampler"
+DISTRIBUTED_SAMPLER = "torch.utils.data.DistributedSampler"
+#: Other spellings of the same classes, resolved to the names above.
+DATA_API_ALIASES = {
+    "torch.utils.data.dataloader.DataLoader": DATALOADER,
+    "torch.utils.data.dataset.random_split": RANDOM_SPLIT,
+    "torch.utils.data.sampler.RandomSampler": RANDOM_SAMPLER,
+    "torch.utils.data.distributed.DistributedSampler": DISTRIBUTED_SAMPLER,
+}
+#: Names whose presence in a sampler's ``seed=`` means each rank shuffles differently.
+RANK_NAMES = frozenset({"rank", "local_rank", "global_rank", "process_index", "get_rank"})
+
+# --- ordering (unordered-file-listing, set-iteration-order) -------------------
+
+#: Directory listings in the order the filesystem returns (not sorted).
+FILE_LISTING_CALLS = frozenset(
+    {"os.listdir", "os.scandir", "os.walk", "os.fwalk", "glob.glob", "glob.iglob",
+     "tensorflow.io.gfile.listdir", "tensorflow.io.gfile.glob", "tensorflow.io.gfile.walk"}
+)
+#: ``pathlib.Path`` methods that list a directory (matched by method name).
+FILE_LISTING_METHODS = frozenset({"glob", "rglob", "iterdir"})
+#: Consumers whose result does not depend on the order of their argument.
+ORDER_INSENSITIVE_CALLS = frozenset(
+    {"sorted", "set", "frozenset", "len", "any", "all", "sum", "min", "max", "bool", "print",
+     "collections.Counter", "natsort.natsorted", "natsort.os_sorted", "natsort.humansorted",
+     "natsort.realsorted", "numpy.sort", "os.path.exists", "os.path.isdir", "os.path.isfile"}
+)
+#: Wrappers that keep their argument's order (the order-dependent use is further out).
+ORDER_PRESERVING_CALLS = frozenset(
+    {"list", "tuple", "iter", "map", "filter", "reversed", "dict.fromkeys", "itertools.chain",
+     "itertools.islice"}
+)
+#: Consumers that turn an iteration order into data: positions, first match, text.
+ORDER_CAPTURING_CALLS = frozenset({"enumerate", "zip", "next", "random.shuffle", "random.choice"})
+#: String methods whose result is a ``str`` / a list of ``str`` (set-iteration-order
+#: only reports sets whose elements are syntactically strings or bytes).
+STRING_METHODS = frozenset(
+    {"lower", "upper", "strip", "lstrip", "rstrip", "replace", "format", "join", "title",
+     "casefold", "capitalize", "decode", "encode", "removeprefix", "removesuffix", "zfill"}
+)
+STRING_LIST_METHODS = frozenset({"split", "rsplit", "splitlines", "readlines"})
+STRING_FUNCTIONS = frozenset(
+    {"str", "repr", "os.path.basename", "os.path.join", "os.path.dirname", "os.fspath"}
+)
+STRING_LIST_FUNCTIONS = frozenset({"re.findall", "re.split", "os.listdir"})
+
+# --- uninitialised memory (uninitialized-memory) ---------------------------------
+
+#: Allocators whose result holds whatever the memory held before.
+EMPTY_ALLOCATORS = frozenset(
+    {"torch.empty", "torch.empty_like", "torch.empty_strided", "torch.empty_permuted"}
+)
+EMPTY_ALLOCATOR_METHODS = frozenset({"new_empty", "new_empty_strided"})
+#: In-place methods that overwrite every element without reading it.
+FULL_WRITE_METHODS = frozenset(
+    {"copy_", "fill_", "zero_", "normal_", "uniform_", "random_", "bernoulli_", "exponential_",
+     "cauchy_", "log_normal_", "geometric_", "set_"}
+)
+#: In-place methods that write only some elements.
+PARTIAL_WRITE_METHODS = frozenset(
+    {"masked_fill_", "index_fill_", "index_copy_", "index_put_", "scatter_", "masked_scatter_",
+     "fill_diagonal_", "index_add_", "scatter_add_", "scatter_reduce_", "put_"}
+)
+#: Methods that read only metadata, never element values.
+METADATA_METHODS = frozenset(
+    {"size", "dim", "numel", "nelement", "stride", "element_size", "data_ptr", "is_contiguous",
+     "storage_offset", "untyped_storage", "get_device", "type", "ndimension", "new_empty", "new_zeros",
+     "new_ones", "new_full", "new_empty_strided", "is_floating_point", "is_complex"}
+)
+#: Functions that initialise a tensor in place (``nn.init.*``, the full write of a parameter).
+IN_PLACE_INIT_PREFIX = "torch.nn.init."
+
 CUBLAS_WORKSPACE_CONFIG_VALUES = (":4096:8", ":16:8")
 
 # --- torch.compile autotuning (compile-autotune) ----------------------------------
@@ -416,5 +555,16 @@ FIX_SEEDING_CALL = "detaudit.seed_everything"  # seeds random, numpy and torch
 FIX_DETERMINISM_CALL = "detaudit.enable_determinism"
 FIX_WORKER_INIT_FN = "detaudit.seed_worker"
 FIX_GENERATOR_FACTORY = "detaudit.make_generator"
+#: Tensor methods and ``torch.*`` functions returning a view (an alias that may
+#: then be written): the linter stops following a tensor once it is viewed.
+TENSOR_VIEW_FUNCTIONS = frozenset(
+    {"view", "view_as", "reshape", "reshape_as", "narrow", "select", "chunk", "split", "tensor_split",
+     "unbind", "unsqueeze", "squeeze", "transpose", "t", "permute", "flatten", "unflatten", "expand",
+     "expand_as", "as_strided", "diagonal", "movedim", "moveaxis", "swapaxes", "swapdims", "unfold",
+     "contiguous", "detach", "view_as_real", "view_as_complex", "split_with_sizes", "hsplit", "vsplit",
+     "dsplit", "real", "imag", "to", "type_as", "untyped_storage", "storage", "data_ptr"}
+)
+#: Methods that seed or restore a generator object's state (``rng.setstate(saved)``).
+STATE_RESTORING_METHODS = frozenset({"setstate", "set_state", "set_rng_state"})
 #: The seed a fix passes when the file names none.
 FIX_DEFAULT_SEED = 0
