@@ -323,6 +323,8 @@ BACKEND_ATTRIBUTES: dict[str, frozenset[str]] = {
 #: cuBLAS workspaces (PR #85447) are deterministic without it.
 CUBLAS_WORKSPACE_CONFIG_REQUIRED_BEFORE = (2, 10)
 #: The values torch's old check accepted; the first is what fixes set.
+CUBLAS_WORKSPACE_CONFIG_VALUES = (":4096:8", ":16:8")
+
 # --- entropy, unseeded generators, worker RNGs (entropy-seed, dataloader-worker-seed) ---
 
 #: Calls whose value differs on every run: a seed derived from one is no seed.
@@ -462,8 +464,6 @@ METADATA_METHODS = frozenset(
 #: Functions that initialise a tensor in place (``nn.init.*``, the full write of a parameter).
 IN_PLACE_INIT_PREFIX = "torch.nn.init."
 
-CUBLAS_WORKSPACE_CONFIG_VALUES = (":4096:8", ":16:8")
-
 # --- torch.compile autotuning (compile-autotune) ----------------------------------
 
 #: ``torch.compile`` modes that pick kernels by timing them (torch 2.13
@@ -555,6 +555,8 @@ FIX_SEEDING_CALL = "detaudit.seed_everything"  # seeds random, numpy and torch
 FIX_DETERMINISM_CALL = "detaudit.enable_determinism"
 FIX_WORKER_INIT_FN = "detaudit.seed_worker"
 FIX_GENERATOR_FACTORY = "detaudit.make_generator"
+#: The seed a fix passes when the file names none.
+FIX_DEFAULT_SEED = 0
 #: Tensor methods and ``torch.*`` functions returning a view (an alias that may
 #: then be written): the linter stops following a tensor once it is viewed.
 TENSOR_VIEW_FUNCTIONS = frozenset(
@@ -566,5 +568,3 @@ TENSOR_VIEW_FUNCTIONS = frozenset(
 )
 #: Methods that seed or restore a generator object's state (``rng.setstate(saved)``).
 STATE_RESTORING_METHODS = frozenset({"setstate", "set_state", "set_rng_state"})
-#: The seed a fix passes when the file names none.
-FIX_DEFAULT_SEED = 0
