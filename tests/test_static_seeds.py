@@ -190,3 +190,33 @@ def test_a_seed_before_the_draw_in_a_branch_that_may_run_is_trusted():
         torch.manual_seed(1)
     """
     assert _names(code) == []
+
+
+def test_dcgan_style_random_seed_fallback_is_not_a_late_seed():
+    code = """\
+        import argparse
+        import random
+        import torch
+
+        parser = argparse.ArgumentParser()
+        parser.add_argument("--manualSeed", type=int)
+        opt = parser.parse_args()
+        if opt.manualSeed is None:
+            opt.manualSeed = random.randint(1, 10000)
+        print("Random Seed: ", opt.manualSeed)
+        random.seed(opt.manualSeed)
+        torch.manual_seed(opt.manualSeed)
+        noise = torch.randn(4)
+    """
+    assert _names(code) == []
+
+
+def test_a_real_draw_before_the_seed_fallback_is_still_late():
+    code = """\
+        import random
+        files = ["a", "b"]
+        random.shuffle(files)
+        seed = random.randint(1, 10000)
+        random.seed(seed)
+    """
+    assert _names(code) == [("seed-after-use", 3)]

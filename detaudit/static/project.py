@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import hashlib
 import sys
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
@@ -56,6 +57,8 @@ from detaudit.static.sources import MAX_FILE_BYTES, UnreadableSource, decode_pyt
 
 #: Nested helpers deeper than this are not followed (re-export chains, call chains).
 MAX_DEPTH = 12
+#: Parsed project modules kept per process (least recently used are dropped).
+MAX_CACHED_MODULES = 128
 
 
 def content_hash(data: bytes) -> str:
@@ -368,7 +371,7 @@ class ProjectIndex:
     """Project-local modules under ``root``, parsed on demand and cached per content hash."""
 
     root: Path
-    _modules: dict[Path, _CachedModule] = field(default_factory=dict)
+    _modules: OrderedDict[Path, _CachedModule] = field(default_factory=OrderedDict)
     _locations: dict[tuple[Path, tuple[str, ...]], Path | None] = field(default_factory=dict)
     #: path -> ((mtime_ns, size), digest): re-hash a file only when it changed on disk
     _digests: dict[Path, tuple[tuple[int, int], str]] = field(default_factory=dict)
@@ -387,13 +390,7 @@ class ProjectIndex:
             if summary is None:
                 digest = self._digest(path)
                 return Effects(files=frozenset({(str(path), digest)})) if digest else None
-            effects = summary.export_effects(attribute, depth)
-            if effects is not None and not self._still_valid(effects):
-                for cached in self._modules.values():
-                    if cached.summary is not None:
-                        cached.summary.forget()
-                effects = summary.export_effects(attribute, depth)
-            return effects
+            return summary.export_effects(attribute, depth)
         return None
 
     def _candidates(self, parts: tuple[str, ...], dots: int, importer: Path) -> Iterator[tuple[Path, str]]:
@@ -431,7 +428,21 @@ class ProjectIndex:
         cached = self._modules.get(path)
         if cached is None or cached.digest != digest:
             cached = self._modules[path] = _CachedModule(digest or "", self._parse(path, digest))
+            while len(self._modules) > MAX_CACHED_MODULES:  # parsed trees are large
+                self._modules.popitem(last=False)
+        self._modules.move_to_end(path)
         return cached.summary
+
+    def refresh(self) -> None:
+        """Forget what was learnt from modules that changed on disk since (one stat
+        per cached module; called once per checked file)."""
+        changed = [path for path, cached in self._modules.items() if self._digest(path) != cached.digest]
+        if changed:
+            for path in changed:
+                del self._modules[path]
+            for cached in self._modules.values():
+                if cached.summary is not None:
+                    cached.summary.forget()
 
     def _parse(self, path: Path, digest: str | None) -> ModuleSummary | None:
         if digest is None:
@@ -459,10 +470,6 @@ class ProjectIndex:
             return None
         self._digests[path] = (key, digest)
         return digest
-
-    def _still_valid(self, effects: Effects) -> bool:
-        """Memoised effects name the file versions they were read from."""
-        return all(self._digest(Path(path)) == digest for path, digest in effects.files)
 
 
 @lru_cache(maxsize=None)

@@ -14,8 +14,11 @@ level) is never asked for a seed: its caller seeds.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
-from typing import Iterator
+from typing import Callable, Iterator
+
+import libcst as cst
 
 from detaudit.findings import Severity
 from detaudit.knowledge.apis import NUMPY, PYTHON, RNGS, TORCH
@@ -54,31 +57,35 @@ def analyse(rule: Rule) -> SeedAnalysis:
 
 
 def _analyse(rule: Rule) -> SeedAnalysis:
+    """Lazily: resolving a call into the project parses modules, so the seeds of
+    every call are looked up only when the file draws or seeds conditionally."""
     context = rule.context
+    context.project.refresh()
     summary = ModuleSummary(rule.facts, context.path, None, context.project)
     analysis = SeedAnalysis()
-    consulted = Effects()
-    for call in rule.facts.calls:
+    consulted: dict[str, str] = {}
+
+    def effects_of(call: CallFact) -> Effects:
         effects = summary.call_effects(call)
-        consulted |= effects
-        if not effects.seeds:
-            continue
-        off = summary.off_by_default(call)
-        if off is None:
-            analysis.seeded |= effects.seeds
-        else:
-            analysis.off_by_default.append((call, effects.seeds, off))
-    for path, digest in consulted.files:
-        context.dependencies[path] = digest
-    walk = _ExecutionWalk(summary)
-    for rng in RNGS:
-        draw = walk.first_draw(rng)
-        if draw is not None:
-            analysis.first_draw[rng] = draw
-        if draw is not None and rng in analysis.seeded:
+        consulted.update(effects.files)
+        return effects
+
+    walk = _ExecutionWalk(context.module, summary, effects_of)
+    analysis.first_draw = walk.first_draws()
+    off_calls = [(call, off) for call in rule.facts.calls if (off := summary.off_by_default(call)) is not None]
+    off_seeding = [(call, effects.seeds, off) for call, off in off_calls if (effects := effects_of(call)).seeds]
+    if analysis.first_draw or off_seeding:
+        analysis.off_by_default = off_seeding
+        off_nodes = {id(call.node) for call, _ in off_calls}
+        for call in rule.facts.calls:
+            if id(call.node) not in off_nodes:
+                analysis.seeded |= effects_of(call).seeds
+    for rng in analysis.first_draw:
+        if rng in analysis.seeded:
             late = walk.drawn_before_seeded(rng)
             if late is not None:
                 analysis.drawn_before_seeded[rng] = late
+    context.dependencies.update(consulted)
     return analysis
 
 
@@ -86,11 +93,12 @@ class _ExecutionWalk:
     """Calls in the order a run of the file reaches them: module level (main guard
     included), descending into the local functions those calls run."""
 
-    def __init__(self, summary: ModuleSummary) -> None:
+    def __init__(self, module: cst.Module, summary: ModuleSummary, effects_of: Callable[[CallFact], Effects]) -> None:
+        self.module = module
         self.summary = summary
+        self.effects_of = effects_of
 
-    def _calls(self, function: str | None, visiting: set[str]) -> Iterator[tuple[CallFact, Effects | None]]:
-        """(call, its effects) in order; None effects for a local function entered instead."""
+    def _calls(self, function: str | None, visiting: set[str]) -> Iterator[tuple[CallFact, Effects]]:
         for call in self.summary.calls_of(function):
             if self.summary.off_by_default(call) is not None:
                 continue
@@ -100,28 +108,57 @@ class _ExecutionWalk:
                     visiting.add(target[1])
                     yield from self._calls(target[1], visiting)
                 continue
-            yield call, self.summary.call_effects(call)
-
-    def first_draw(self, rng: str) -> Draw | None:
-        for call, effects in self._calls(None, set()):
-            api = effects.draw_of(rng)
-            if api is not None:
-                return self._draw(call, api)
-        return None
+            yield call, self.effects_of(call)
 
     def _draw(self, call: CallFact, api: str) -> Draw:
         return Draw(call, api, direct=self.summary.is_known_api(call))
 
+    def first_draws(self) -> dict[str, Draw]:
+        """RNG -> the first call that draws from it when the file runs."""
+        found: dict[str, Draw] = {}
+        for call, effects in self._calls(None, set()):
+            for rng, api in effects.draws:
+                if rng not in found:
+                    found[rng] = self._draw(call, api)
+        return found
+
     def drawn_before_seeded(self, rng: str) -> tuple[Draw, CallFact] | None:
-        """The straight-line path's first draw and the later first seed, when the draw comes first."""
-        first_draw = None
+        """The straight-line path's first draw and the later first seed, when the draw comes first.
+
+        A draw that picks the seed itself (``seed = random.randint(1, 10000)``
+        then ``random.seed(seed)``, the DCGAN example's fallback) is not a use."""
+        draws: list[Draw] = []
         for call, effects in self._calls(None, set()):
             if rng in effects.seeds:
-                return (first_draw, call) if first_draw is not None else None
+                used = next((d for d in draws if not _feeds(self.module, d.call, call)), None)
+                return (used, call) if used is not None else None
             api = effects.draw_of(rng)
-            if api is not None and first_draw is None:
-                first_draw = self._draw(call, api)
+            if api is not None:
+                draws.append(self._draw(call, api))
         return None
+
+
+def _feeds(module: cst.Module, draw: CallFact, seed: CallFact) -> bool:
+    """Whether ``draw``'s result is assigned to a name that ``seed``'s arguments read."""
+    finder = _AssignmentOf(draw.node)
+    module.body[draw.scope.top_level_index].visit(finder)
+    if not finder.targets:
+        return False
+    arguments = " ".join(module.code_for_node(arg.value) for arg in seed.node.args)
+    return any(re.search(rf"(?<![\w.]){re.escape(target)}(?!\w)", arguments) for target in finder.targets)
+
+
+class _AssignmentOf(cst.CSTVisitor):
+    """Finds the targets (as code) of the assignment whose value is ``value``."""
+
+    def __init__(self, value: cst.CSTNode) -> None:
+        super().__init__()
+        self.value = value
+        self.targets: list[str] = []
+
+    def visit_Assign(self, node: cst.Assign) -> None:
+        if node.value is self.value:
+            self.targets = [cst.Module([]).code_for_node(t.target) for t in node.targets]
 
 
 def _what_draws(rule: Rule, draw: Draw) -> str:
@@ -326,6 +363,8 @@ class SeedAfterUse(Rule):
         "import torch\nfrom torch import nn\ntorch.manual_seed(0)\nmodel = nn.Linear(2, 2)\n",
         "import torch\nfrom torch import nn\n\ndef main():\n    torch.manual_seed(0)\n    model = nn.Linear(2, 2)\n\n"
         "if __name__ == '__main__':\n    main()\n",
+        # drawing the seed itself (printed, so a run can be repeated) is not a use
+        "import random\nseed = random.randint(1, 10000)\nprint('seed', seed)\nrandom.seed(seed)\nrandom.shuffle([1, 2])\n",
         # a numpy draw before the torch seed does not make the torch seed late
         "import numpy as np, torch\nnp.random.seed(0)\nx = np.random.rand(3)\ntorch.manual_seed(0)\ny = torch.rand(3)\n",
     )
