@@ -119,8 +119,9 @@ _SET_ADDING_METHODS = frozenset({"add", "update"})
 class _ScopeFlow:
     """Walks one scope's statements in order (nested defs are their own scopes)."""
 
-    def __init__(self, rule: "_OrderRule") -> None:
+    def __init__(self, rule: "_OrderRule", returns_order_free: bool = False) -> None:
         self.rule = rule
+        self.returns_order_free = returns_order_free
         self.facts = rule.facts
         self.pending: dict[str, Unordered] = {}  # dotted name -> what it holds
         self.empty_sets: dict[str, cst.CSTNode] = {}  # ``x = set()`` waiting for string elements
@@ -236,7 +237,7 @@ class _ScopeFlow:
             self._loop(value, parent)
             return None
         if isinstance(parent, (cst.Return, cst.Yield)):
-            if value.ordered:
+            if value.ordered and not (self.returns_order_free and isinstance(parent, cst.Return)):
                 self.rule.found(value, "returned" if isinstance(parent, cst.Return) else "yielded")
             return None
         return None  # comparisons (``in``), tests, f-strings, unpacking: order does not matter
@@ -348,7 +349,9 @@ class _OrderRule(Rule):
 
     def finish(self) -> None:
         for scope in self._marked.values():
-            _ScopeFlow(self).run(scope.body if isinstance(scope, cst.Module) else scope.body.body)
+            # ``dir()`` sorts what ``__dir__`` returns
+            returns_order_free = isinstance(scope, cst.FunctionDef) and scope.name.value == "__dir__"
+            _ScopeFlow(self, returns_order_free).run(scope.body if isinstance(scope, cst.Module) else scope.body.body)
 
     def found(self, value: Unordered, use: str) -> None:
         if id(value.report_at) in self._reported:
@@ -489,6 +492,8 @@ class SetIterationOrder(_OrderRule):
         "import torch\nids = set([3, 1, 2])\nindex = {c: i for i, c in enumerate(ids)}\n",
         # a loop with side effects only
         "import torch\nfor name in {'a.pt', 'b.pt'}:\n    torch.save({}, name)\n",
+        # dir() sorts what __dir__ returns
+        "import torch\ndef __dir__():\n    return list({'load', 'save'} | set(globals()))\n",
         # passed as a membership container
         "import torch\nKEEP = {'weight', 'bias'}\ndef keep(state):\n    return {k: v for k, v in state.items() if k in KEEP}\n",
     )
