@@ -226,6 +226,13 @@ NO_GRAD_CONTEXTS = frozenset(
      "torch.autograd.grad_mode.no_grad", "torch.autograd.grad_mode.inference_mode"}
 )
 
+#: Factories that put a tensor on the CPU unless given ``device=`` (or unless
+#: ``torch.set_default_device`` changed the default): a CUDA-only hazard cannot hit it.
+CPU_DEFAULT_TENSOR_FACTORIES = frozenset(
+    f"torch.{name}" for name in ("tensor", "as_tensor", "from_numpy", "zeros", "ones", "full", "arange", "linspace", "rand", "randn", "randint")
+)
+DEFAULT_DEVICE_SETTER = "torch.set_default_device"
+
 #: Where a training script builds its optimiser: ``torch.optim.<Class>(...)``.
 TORCH_OPTIMIZER_NAMESPACE = "torch.optim"
 #: Framework trainers: constructing one makes a file a training script.

@@ -17,7 +17,12 @@ from collections import defaultdict
 import libcst as cst
 
 from detaudit.findings import Severity
-from detaudit.knowledge.apis import DETERMINISM_QUERY, NO_GRAD_CONTEXTS
+from detaudit.knowledge.apis import (
+    CPU_DEFAULT_TENSOR_FACTORIES,
+    DEFAULT_DEVICE_SETTER,
+    DETERMINISM_QUERY,
+    NO_GRAD_CONTEXTS,
+)
 from detaudit.knowledge.ops import UNKNOWN, CallArguments, OpMatch, OpsTable, load_ops_table
 from detaudit.static.facts import CallFact, FileFacts, Scope
 from detaudit.static.rule import Invalid, Rule
@@ -114,6 +119,8 @@ class NondeterministicOp(Rule):
         "import torch\nimport torch.nn.functional as F\nwith torch.no_grad():\n    y = F.grid_sample(x, grid)\n",
         # numpy's put is not torch's
         "import numpy as np\nimport torch\nnp.put(a, [0, 0], [1, 2])\n",
+        # a tensor built on the CPU right there: the CUDA-only kernel never runs
+        "import torch\nmedians = torch.median(torch.tensor(estimates), dim=0).values\n",
         # a collective and a module's own method, not Tensor.gather
         "import torch\nwork = group.gather(output_tensors, input_tensors, opts)\n",
         "import torch\n\nclass Parallel(torch.nn.Module):\n    def forward(self, outputs):\n        return self.gather(outputs, 0)\n",
@@ -126,6 +133,7 @@ class NondeterministicOp(Rule):
             message="(backward)",
         ),
         Invalid("import torch\nhist = torch.bincount(labels, weights=w)\n", line=2),
+        Invalid("import torch\nmedians = torch.median(torch.tensor(xs, device='cuda'), dim=0)\n", line=2),
         Invalid("import torch\npool = torch.nn.AdaptiveAvgPool2d(1)\n", line=2, message="CUDA"),
         Invalid("import torch\nbag = torch.nn.EmbeddingBag(100, 8, mode='max')\n", line=2),
         Invalid(
@@ -164,6 +172,8 @@ class NondeterministicOp(Rule):
                     continue
                 if match.phases == ("backward",) and self._without_grad(call.scope):
                     continue
+                if match.cuda_only and self._operand_on_cpu(call, match):
+                    continue
                 if not state.enabled:
                     pending[match.entry.id].append((call, match))
                 elif match.raises_under_deterministic_mode:
@@ -200,6 +210,19 @@ class NondeterministicOp(Rule):
         if isinstance(receiver, cst.Name):
             return receiver.value not in ("self", "cls") and receiver.value not in self.facts.classes
         return True
+
+    def _operand_on_cpu(self, call: CallFact, match: OpMatch) -> bool:
+        """The tensor operand is built right there on the CPU (``torch.tensor(xs)``
+        without ``device=``), so a CUDA-only kernel never runs."""
+        if match.spelling.kind == "method":
+            operand = call.node.func.value if isinstance(call.node.func, cst.Attribute) else None
+        else:
+            operand = call.value_node(position=0)
+        if not isinstance(operand, cst.Call) or self.facts.names.resolve(operand.func) not in CPU_DEFAULT_TENSOR_FACTORIES:
+            return False
+        if any(arg.keyword is not None and arg.keyword.value == "device" for arg in operand.args):
+            return False
+        return not any(self.facts.calls_to(DEFAULT_DEVICE_SETTER))
 
     def _under_determinism_guard(self, scope: Scope, guarded: dict[int, bool]) -> bool:
         """Inside ``if torch.are_deterministic_algorithms_enabled():`` (either branch:
