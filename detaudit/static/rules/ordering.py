@@ -516,15 +516,18 @@ class SetIterationOrder(_OrderRule):
         ),
     )
 
+    # Only scopes that build a set of strings (or an empty set to fill) are walked in finish().
     def visit_Set(self, node: cst.Set) -> None:
-        self._mark()
+        if is_string_set(node, self.facts):
+            self._mark()
 
     def visit_SetComp(self, node: cst.SetComp) -> None:
-        self._mark()
+        if is_string_set(node, self.facts):
+            self._mark()
 
     def visit_Call(self, node: cst.Call) -> None:
         call = self.facts.calls[-1]
-        if call.node is node and call.qualname in ("set", "frozenset"):
+        if call.node is node and call.qualname in ("set", "frozenset") and (not node.args or is_string_set(node, self.facts)):
             self._mark()
 
     def source(self, node: cst.CSTNode, flow: _ScopeFlow) -> Unordered | None:
