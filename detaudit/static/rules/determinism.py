@@ -385,9 +385,10 @@ class DeterministicWarnOnly(Rule):
     def finish(self) -> None:
         for request in determinism_state(self.facts).requests:
             if request.turns_on and request.warn_only.truthy:
+                who = request.framework or describe_call(request.call)
                 self.report(
                     request.call.node,
-                    f"{describe_call(request.call)} makes nondeterministic ops only warn: ops without a "
+                    f"{who} makes nondeterministic ops only warn: ops without a "
                     "deterministic kernel still run nondeterministically.",
                 )
 
