@@ -63,6 +63,7 @@ def test_each_rng_is_reported_once_at_its_first_draw():
         a = torch.randn(3)
         b = torch.rand(3)
         layer = torch.nn.Linear(2, 2)
+        print(layer(a[:2]))
     """
     assert _names(code) == [("missing-torch-seed", 2)]
 
@@ -83,6 +84,7 @@ def test_message_names_the_call_and_the_drawing_api():
                 self.drop = nn.Dropout(0.5)
 
         net = Net()
+        print(net)
     """
     [finding] = [f for f in check_source(textwrap.dedent(code), "train.py").findings if f.code == "DET001"]
     assert finding.line == 14
@@ -97,6 +99,7 @@ def test_subclass_of_a_random_layer_draws_when_built():
             pass
 
         head = Head(4, 2)
+        print(head)
     """
     assert _names(code) == [("missing-torch-seed", 6)]
 
@@ -220,3 +223,23 @@ def test_a_real_draw_before_the_seed_fallback_is_still_late():
         random.seed(seed)
     """
     assert _names(code) == [("seed-after-use", 3)]
+
+
+def test_a_definitions_only_module_is_a_library_but_a_module_level_loop_makes_a_script():
+    definitions = "import torch\nexample_args = (torch.randn(3, 4),)\nmodel = torch.nn.Linear(4, 2)\n"
+    assert _names(definitions) == []
+    training_loop = "for step in range(3):\n    model(example_args[0])\n"
+    assert _names(definitions + training_loop) == [("missing-torch-seed", 2)]
+
+
+def test_draws_inside_lambdas_do_not_run_at_import_but_seeds_inside_them_count():
+    code = """\
+        import random
+        import torch
+        tests = [dict(input_fn=lambda: torch.rand(3)) for _ in range(2)]
+        seeder = lambda: random.seed(0)
+        seeder()
+        for test in tests:
+            print(random.random())
+    """
+    assert _names(code) == []

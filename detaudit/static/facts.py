@@ -60,6 +60,8 @@ class Scope:
     conditions: tuple[cst.CSTNode, ...]  # enclosing If/For/While/Try/With nodes, outermost first
     in_main_guard: bool
     top_level_index: int  # index of the enclosing module-level statement
+    #: inside a ``lambda``: runs only if and when the lambda is called
+    in_lambda: bool = False
 
     @property
     def at_module_level(self) -> bool:
@@ -246,6 +248,7 @@ class FactCollector(cst.BatchableCSTVisitor):
         self._functions: list[str] = []
         self._classes: list[str] = []
         self._enclosing: list[str] = []  # class and function names, outermost first
+        self._lambda_depth = 0
         self._conditions: list[cst.CSTNode] = []
         self._outer_conditions: list[list[cst.CSTNode]] = []  # saved while inside a def
         self._main_guard_depth = 0
@@ -268,6 +271,7 @@ class FactCollector(cst.BatchableCSTVisitor):
             conditions=tuple(self._conditions),
             in_main_guard=self._main_guard_depth > 0,
             top_level_index=self._current_top,
+            in_lambda=self._lambda_depth > 0,
         )
 
     def _next_order(self) -> int:
@@ -291,6 +295,12 @@ class FactCollector(cst.BatchableCSTVisitor):
         self._functions.pop()
         self._enclosing.pop()
         self._conditions = self._outer_conditions.pop()
+
+    def visit_Lambda(self, node: cst.Lambda) -> None:
+        self._lambda_depth += 1
+
+    def leave_Lambda(self, original_node: cst.Lambda) -> None:
+        self._lambda_depth -= 1
 
     def visit_ClassDef(self, node: cst.ClassDef) -> None:
         self._enter_top(node)

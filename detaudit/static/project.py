@@ -307,8 +307,18 @@ class ModuleSummary:
 
     def _body_effects(self, function: str, depth: int) -> Effects:
         return combine(
-            self.call_effects(call, depth) for call in self.calls_of(function) if self.off_by_default(call) is None
+            self.as_run(call, self.call_effects(call, depth))
+            for call in self.calls_of(function)
+            if self.off_by_default(call) is None
         )
+
+    @staticmethod
+    def as_run(call: CallFact, effects: Effects) -> Effects:
+        """A call inside a ``lambda`` may never run: its seeds still count (precision:
+        never demand a seed that may be there), its draws do not."""
+        if call.scope.in_lambda and effects.draws:
+            return Effects(seeds=effects.seeds, files=effects.files)
+        return effects
 
     def _construct_bases(self, name: str, depth: int) -> Effects:
         effects = NOTHING

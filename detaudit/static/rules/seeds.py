@@ -71,7 +71,8 @@ def _analyse(rule: Rule) -> SeedAnalysis:
         return effects
 
     walk = _ExecutionWalk(context.module, summary, effects_of)
-    analysis.first_draw = walk.first_draws()
+    if _is_script(context):
+        analysis.first_draw = walk.first_draws()
     off_calls = [(call, off) for call in rule.facts.calls if (off := summary.off_by_default(call)) is not None]
     off_seeding = [(call, effects.seeds, off) for call, off in off_calls if (effects := effects_of(call)).seeds]
     if analysis.first_draw or off_seeding:
@@ -89,6 +90,27 @@ def _analyse(rule: Rule) -> SeedAnalysis:
     return analysis
 
 
+def _is_script(context) -> bool:
+    """A file that runs: a main guard, a notebook, or module-level work (a bare call
+    such as ``main()`` or ``print(...)``, a loop).  A module that only binds names
+    at import (definitions, example inputs, registries) is a library: its importer seeds."""
+    return context.facts.has_main_guard or context.path.suffix == ".ipynb" or _does_work(context.module.body)
+
+
+def _does_work(statements) -> bool:
+    for statement in statements:
+        if isinstance(statement, (cst.For, cst.While)):
+            return True
+        if isinstance(statement, cst.SimpleStatementLine):
+            if any(isinstance(s, cst.Expr) and isinstance(s.value, (cst.Call, cst.Await)) for s in statement.body):
+                return True
+        elif isinstance(statement, (cst.If, cst.With, cst.Try)):
+            blocks = [statement.body, getattr(statement, "orelse", None)]
+            if any(b is not None and _does_work(getattr(b, "body", ())) for b in blocks):
+                return True
+    return False
+
+
 class _ExecutionWalk:
     """Calls in the order a run of the file reaches them: module level (main guard
     included), descending into the local functions those calls run."""
@@ -104,11 +126,11 @@ class _ExecutionWalk:
                 continue
             target = self.summary.local_target(call)
             if target is not None and target[0] == "function":
-                if target[1] not in visiting:
+                if target[1] not in visiting and not call.scope.in_lambda:
                     visiting.add(target[1])
                     yield from self._calls(target[1], visiting)
                 continue
-            yield call, self.effects_of(call)
+            yield call, self.summary.as_run(call, self.effects_of(call))
 
     def _draw(self, call: CallFact, api: str) -> Draw:
         return Draw(call, api, direct=self.summary.is_known_api(call))
@@ -217,6 +239,9 @@ class MissingTorchSeed(_MissingSeed):
         "def main():\n    set_seed(1)\n    model = nn.Linear(2, 2)\n\nif __name__ == '__main__':\n    main()\n",
         # a library module: nothing runs at import, the caller seeds
         "import torch\nfrom torch import nn\n\ndef build():\n    return nn.Linear(2, 2)\n",
+        # a module that only binds names (example inputs of a registry), and a deferred lambda
+        "import torch\nexample_args = (torch.randn(3, 4),)\n",
+        "import torch\nmake_input = lambda: torch.rand(3)\nprint(make_input)\n",
         # draws from an explicit generator, loads pretrained weights, no shuffling
         "import torch\ng = torch.Generator().manual_seed(0)\nx = torch.randn(3, generator=g)\n",
         "import torchvision\nmodel = torchvision.models.resnet18(weights='DEFAULT')\n",
@@ -225,8 +250,8 @@ class MissingTorchSeed(_MissingSeed):
         "import torch\ntorch.set_rng_state(torch.load('rng.pt'))\nx = torch.rand(2)\n",
     )
     INVALID = (
-        Invalid("import torch\nfrom torch import nn\nmodel = nn.Linear(4, 2)\n", line=3, message="torch.nn.Linear"),
-        Invalid("import torch as T\nx = T.randn(3)\n", line=2),
+        Invalid("import torch\nfrom torch import nn\nmodel = nn.Linear(4, 2)\nprint(model)\n", line=3, message="torch.nn.Linear"),
+        Invalid("import torch as T\nx = T.randn(3)\nprint(x.sum())\n", line=2),
         Invalid(
             "import torch\nfrom torch import nn\n\nclass Net(nn.Module):\n    def __init__(self):\n        super().__init__()\n"
             "        self.fc = nn.Linear(2, 2)\n\ndef main():\n    model = Net()\n\nif __name__ == '__main__':\n    main()\n",
@@ -234,7 +259,7 @@ class MissingTorchSeed(_MissingSeed):
             message="Net()",
         ),
         Invalid(
-            "import torch\nloader = torch.utils.data.DataLoader(range(10), batch_size=2, shuffle=True)\n",
+            "import torch\nloader = torch.utils.data.DataLoader(range(10), batch_size=2, shuffle=True)\nfor batch in loader:\n    print(batch)\n",
             line=2,
             message="DataLoader(shuffle=True)",
         ),
@@ -263,7 +288,7 @@ class MissingNumpySeed(_MissingSeed):
         "import numpy as np\n\ndef augment(x):\n    return x + np.random.rand()\n",
     )
     INVALID = (
-        Invalid("import numpy as np\nidx = np.random.permutation(10)\n", line=2, message="numpy.random.permutation"),
+        Invalid("import numpy as np\nidx = np.random.permutation(10)\nprint(idx)\n", line=2, message="numpy.random.permutation"),
         Invalid("from numpy import random as npr\nimport torch\ntorch.manual_seed(0)\nnpr.shuffle([1, 2, 3])\n", line=4),
         # random.seed() without a value reseeds from the OS
         Invalid("import numpy\nnumpy.random.seed()\nx = numpy.random.rand(3)\n", line=3),
@@ -289,7 +314,7 @@ class MissingPythonSeed(_MissingSeed):
     )
     INVALID = (
         Invalid("import random\nfiles = ['a', 'b']\nrandom.shuffle(files)\n", line=3, message="random.shuffle"),
-        Invalid("from random import choice\nimport torch\npick = choice([1, 2, 3])\n", line=3),
+        Invalid("from random import choice\nimport torch\npick = choice([1, 2, 3])\nprint(pick)\n", line=3),
     )
 
 
