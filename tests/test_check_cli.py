@@ -259,3 +259,18 @@ def test_version_and_rules_commands():
 def test_no_files_is_not_an_error(tmp_path, fmt):
     result = detaudit("check", "--no-cache", "--format", fmt, ".", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
+
+
+def test_bad_ops_table_is_a_usage_error(tmp_path):
+    write(tmp_path / "train.py", HAZARD)
+    write(tmp_path / "bad.json", "{}")
+    env = {**os.environ, "PYTHONPATH": str(REPO), "DETAUDIT_OPS_TABLE": str(tmp_path / "bad.json")}
+    result = subprocess.run([sys.executable, "-m", "detaudit", "check", "--no-cache", "train.py"], cwd=tmp_path,
+                            env=env, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 2
+    assert result.stderr.startswith("detaudit: error: bad ops table") and len(result.stderr.splitlines()) == 1
+
+
+def test_framework_only_file_is_checked(tmp_path):
+    write(tmp_path / "train.py", "import lightning as L\ntrainer = L.Trainer(deterministic=False)\n")
+    assert [f["name"] for f in json_findings("train.py", cwd=tmp_path)] == ["framework-determinism-off"]

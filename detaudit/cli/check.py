@@ -59,6 +59,7 @@ def run(args: argparse.Namespace) -> int:
     except (ConfigError, ValueError) as error:
         raise UsageError(str(error)) from None
 
+    _load_ops_table_or_fail()
     select = _split_selectors(args.select) or config.select
     ignore = [*config.ignore, *_split_selectors(args.ignore)]
     rules, selector_warnings = select_rules(select, ignore)
@@ -86,6 +87,22 @@ def run(args: argparse.Namespace) -> int:
     if args.exit_zero:
         return 0
     return 1 if any(f.severity >= fail_on for f in check.findings) else 0
+
+
+def _load_ops_table_or_fail() -> None:
+    """A bad ``$DETAUDIT_OPS_TABLE`` is the user's input error: say so once, up
+    front, instead of letting the nondeterministic-op rule fail in every file."""
+    import os
+
+    from detaudit.cli import UsageError
+    from detaudit.knowledge.ops import TABLE_ENV_VAR, OpsTableError, load_ops_table
+
+    if not os.environ.get(TABLE_ENV_VAR):
+        return  # the shipped table is validated by the test suite
+    try:
+        load_ops_table()
+    except OpsTableError as error:
+        raise UsageError(str(error)) from None
 
 
 def _print_fix_diff(args, check, config, rules) -> int:

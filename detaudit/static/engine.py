@@ -25,8 +25,9 @@ if TYPE_CHECKING:
     from detaudit.static.facts import FileFacts
     from detaudit.static.rule import Rule, RuleHit
 
-#: A file that mentions none of these cannot hold a finding of any rule.
-RELEVANT_SUBSTRINGS = ("torch", "numpy", "random", "tensorflow", "keras", "jax")
+#: A file that mentions none of these cannot hold a finding of any rule
+#: (framework names count: ``import lightning as L; L.Trainer(benchmark=True)``).
+RELEVANT_SUBSTRINGS = ("torch", "numpy", "random", "tensorflow", "keras", "jax", "lightning", "transformers", "accelerate")
 
 PARSE_ERROR_CODE = "DET000"
 
