@@ -34,6 +34,36 @@ class UsageError(Exception):
     """Bad input from the user: printed as one line, exit code 2."""
 
 
+def add_script_arguments(parser: argparse.ArgumentParser, *, required: bool = True) -> None:
+    """SCRIPT, plus everything after the first ``--`` as the script's own
+    arguments (``args.script_args``), for the commands that run a training
+    script.  argparse alone cannot take ``-- ARGS`` after options that follow
+    SCRIPT, so the subparser splits its arguments at ``--`` first."""
+    parser.add_argument("script", nargs=None if required else "?", metavar="SCRIPT", help="the training script")
+    parse_known_args = parser.parse_known_args
+
+    def split_at_double_dash(args=None, namespace=None):
+        args = list(args or [])
+        script_args: list[str] = []
+        if "--" in args:
+            cut = args.index("--")
+            args, script_args = args[:cut], args[cut + 1 :]
+        namespace, extras = parse_known_args(args, namespace)
+        namespace.script_args = script_args
+        return namespace, extras
+
+    parser.parse_known_args = split_at_double_dash
+    parser.usage = f"%(prog)s [options] {'SCRIPT' if required else '[SCRIPT]'} [options] [-- ARGS]"
+
+
+def positive_int(text: str) -> int:
+    """argparse type for counts (runs, jobs, threads)."""
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
 def build_parser(argv: list[str]) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="detaudit",

@@ -6,8 +6,7 @@ import argparse
 import json
 from pathlib import Path
 
-from detaudit.cli import UsageError
-from detaudit.cli.variance import add_script_arguments, positive_int
+from detaudit.cli import UsageError, add_script_arguments, positive_int
 
 DESCRIPTION = """\
 Summers & Dinneen's probe: three runs of SCRIPT in deterministic mode: as is;

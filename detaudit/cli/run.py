@@ -8,6 +8,8 @@ import json
 import sys
 from pathlib import Path
 
+from detaudit.cli import add_script_arguments
+
 FORMATS = ("text", "json", "sarif", "github")
 
 
@@ -15,22 +17,13 @@ def add_parser(subparsers) -> None:
     parser = subparsers.add_parser(
         "run",
         help="run a training script repeatedly and localize nondeterminism",
-        usage="detaudit run SCRIPT [options] [-- SCRIPT_ARGS ...]",
         description=(
             "Run SCRIPT in fresh subprocesses under identical seeds, trace every aten op, and report "
             "the ops, source lines and tensors that make it nondeterministic. "
             "Exit 0 deterministic, 1 nondeterministic, 2 the script failed or timed out."
         ),
     )
-    _add_options(parser)
-    # SCRIPT, then options, then `--` and the script's own arguments: parsed in
-    # the handler, because argparse cannot put positionals after `--` once the
-    # options between them were consumed.
-    parser.add_argument("command_line", nargs=argparse.REMAINDER, metavar="SCRIPT [options] [-- SCRIPT_ARGS]")
-    parser.set_defaults(handler=handle)
-
-
-def _add_options(parser: argparse.ArgumentParser) -> None:
+    add_script_arguments(parser)
     parser.add_argument("--steps", type=int, default=2, help="stop after N optimizer steps (0: run to completion)")
     parser.add_argument("--repeats", type=int, default=3, help="runs to compare (default 3)")
     parser.add_argument("--seed", type=int, default=0, help="seed for random, numpy and torch before each run")
@@ -40,35 +33,12 @@ def _add_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds per run before it is killed")
     parser.add_argument("--format", choices=FORMATS, default="text")
     parser.add_argument("--junit-xml", metavar="FILE", help="also write a JUnit XML result to FILE")
-
-
-def _split_command_line(args: argparse.Namespace) -> None:
-    """Fill args.script, args.script_args and the options given after SCRIPT."""
-    from detaudit.cli import UsageError
-
-    words = list(args.command_line)
-    if "--" in words:
-        cut = words.index("--")
-        words, args.script_args = words[:cut], words[cut + 1 :]
-    else:
-        args.script_args = []
-    if not words:
-        raise UsageError("missing SCRIPT (usage: detaudit run SCRIPT [options] [-- SCRIPT_ARGS ...])")
-    later = argparse.ArgumentParser(prog="detaudit run", add_help=False, exit_on_error=False)
-    _add_options(later)
-    later.add_argument("script")
-    try:
-        _, unknown = later.parse_known_args(words, namespace=args)
-    except argparse.ArgumentError as error:
-        raise UsageError(str(error)) from None
-    if unknown:
-        raise UsageError(f"unrecognized arguments: {' '.join(unknown)} (script arguments go after --)")
+    parser.set_defaults(handler=handle)
 
 
 def handle(args: argparse.Namespace) -> int:
     from detaudit.cli import UsageError
 
-    _split_command_line(args)
     script = Path(args.script)
     if not script.is_file():
         raise UsageError(f"no such script: {args.script}")

@@ -6,7 +6,7 @@ import argparse
 import json
 from pathlib import Path
 
-from detaudit.cli import UsageError
+from detaudit.cli import UsageError, add_script_arguments, positive_int
 
 DESCRIPTION = """\
 Runs SCRIPT K times with one fixed seed (only nondeterminism varies) and K
@@ -20,34 +20,6 @@ EPILOG = """\
 Large studies: run one shard per machine or Slurm array task, e.g.
   detaudit variance train.py --runs 50 --out study --shard $SLURM_ARRAY_TASK_ID/$SLURM_ARRAY_TASK_COUNT
 then join them with: detaudit variance --merge study"""
-
-
-def add_script_arguments(parser: argparse.ArgumentParser, *, required: bool = True) -> None:
-    """SCRIPT, plus everything after the first '--' as the script's own
-    arguments (argparse alone cannot take '-- ARGS' after options that follow
-    SCRIPT)."""
-    parser.add_argument("script", nargs=None if required else "?", metavar="SCRIPT", help="the training script")
-    parse_known_args = parser.parse_known_args
-
-    def split_at_double_dash(args=None, namespace=None):
-        args = list(args or [])
-        script_args: list[str] = []
-        if "--" in args:
-            cut = args.index("--")
-            args, script_args = args[:cut], args[cut + 1 :]
-        namespace, extras = parse_known_args(args, namespace)
-        namespace.script_args = script_args
-        return namespace, extras
-
-    parser.parse_known_args = split_at_double_dash
-    parser.usage = f"%(prog)s [options] {'SCRIPT' if required else '[SCRIPT]'} [options] [-- ARGS]"
-
-
-def positive_int(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
-    return value
 
 
 def add_parser(subparsers) -> None:
