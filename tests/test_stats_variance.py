@@ -4,6 +4,7 @@ seconds per run), plus a crashing script and the '-- ARGS' split."""
 from __future__ import annotations
 
 import csv
+import os
 import json
 from pathlib import Path
 
@@ -87,3 +88,26 @@ def test_bad_input_is_one_line_error(tmp_path, capsys):
     assert "at least 2" in capsys.readouterr().err
     assert main(["variance", FIXTURE, "--shard", "5/4", "--out", str(tmp_path / "x")]) == 2
     assert "1 <= i <= n" in capsys.readouterr().err
+
+
+def test_ctrl_c_stops_running_scripts_at_once(tmp_path):
+    """Ctrl-C reaches only the main thread; the runs in worker threads must be killed too."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    repo = Path(__file__).resolve().parent.parent
+    hang = repo / "fixtures" / "dynamic" / "hang.py"
+    process = subprocess.Popen(
+        [sys.executable, "-m", "detaudit", "variance", str(hang), "--runs", "2", "--jobs", "2", "--out", str(tmp_path / "s")],
+        cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(repo)}, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )
+    time.sleep(6)  # both runs are hanging by now
+    process.send_signal(signal.SIGINT)
+    interrupted = time.monotonic()
+    output, _ = process.communicate(timeout=60)
+    assert process.returncode == 130, output
+    assert time.monotonic() - interrupted < 20, "the hanging runs were waited for instead of killed"
+    leftovers = subprocess.run(["pgrep", "-f", str(hang)], capture_output=True, text=True)
+    assert leftovers.stdout.strip() == ""

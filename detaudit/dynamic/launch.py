@@ -70,6 +70,10 @@ class ScriptResult:
         return "\n".join([head, *tail])
 
 
+#: scripts running now (their process groups are killed by terminate_all)
+_RUNNING: set[subprocess.Popen] = set()
+
+
 def run_script(
     script: str | os.PathLike,
     script_args: Sequence[str] = (),
@@ -114,6 +118,7 @@ def run_script(
         start_new_session=True,  # its own process group, so a timeout kills its children too
     )
     timed_out = False
+    _RUNNING.add(process)
     try:
         stdout, stderr = process.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
@@ -124,6 +129,8 @@ def run_script(
         _kill_group(process)
         process.wait()
         raise
+    finally:
+        _RUNNING.discard(process)
     return ScriptResult(
         returncode=None if timed_out else process.returncode,
         timed_out=timed_out,
@@ -132,6 +139,15 @@ def run_script(
         output_dir=output_dir,
         payload=_read_payload(payload_path),
     )
+
+
+def terminate_all() -> None:
+    """Kill every script still running under ``run_script``, in any thread.
+
+    Ctrl-C reaches only the main thread; runs waiting in worker threads (the
+    statistics runner's pool) would otherwise go on to their end."""
+    for process in list(_RUNNING):
+        _kill_group(process)
 
 
 def _kill_group(process: subprocess.Popen) -> None:

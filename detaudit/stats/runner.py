@@ -150,8 +150,11 @@ def execute(
                     progress.advance(tasks[record.arm])
                     if not record.ok:
                         progress.console.print(f"[red]run {record.run_id} (seed {record.seed}) {record.status}[/]")
-            except BaseException:  # Ctrl-C: start nothing new; finished runs are already saved
+            except BaseException:  # Ctrl-C: start nothing new, stop what runs; finished runs are already saved
                 stopping.set()
+                from detaudit.dynamic.launch import terminate_all
+
+                terminate_all()
                 raise
         if stopping.is_set() and len(records) < len(runs):
             progress.console.print(f"[red]stopped after {len(records)} run(s): no run succeeded[/]")
