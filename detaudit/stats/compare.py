@@ -16,11 +16,11 @@ from pathlib import Path
 
 from detaudit.stats.numerics import (
     Interval,
+    Sample,
     TestResult,
     mean,
     mean_difference_interval,
     paired_t_test,
-    sample_std,
     welch_t_test,
 )
 from detaudit.stats.study import VARIED, Study, StudyError
@@ -71,23 +71,10 @@ def _from_study(study: Study) -> PerSeed:
 
 
 @dataclass
-class Side:
-    values: list[float]
-
-    @property
-    def mean(self) -> float:
-        return mean(self.values)
-
-    @property
-    def std(self) -> float:
-        return sample_std(self.values)
-
-
-@dataclass
 class Comparison:
     metric: str
-    a: Side
-    b: Side
+    a: Sample
+    b: Sample
     paired_seeds: list[str]  # empty when unpaired
     difference: float  # mean of B - A (per seed when paired)
     interval: Interval
@@ -151,7 +138,7 @@ def compare_metric(name: str, a: dict[str, float], b: dict[str, float], *, lower
         interval = mean_difference_interval(first, second, paired=False)
         difference = mean(second) - mean(first)
         common = []
-    return Comparison(name, Side(first), Side(second), common, difference, interval, test, lower_is_better)
+    return Comparison(name, Sample(first), Sample(second), common, difference, interval, test, lower_is_better)
 
 
 def _seed_order(seed: str):

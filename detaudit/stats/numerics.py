@@ -36,6 +36,31 @@ def sample_std(values: Sequence[float]) -> float:
     return math.sqrt(math.fsum((d - shifted_mean) ** 2 for d in shifted) / (len(values) - 1))
 
 
+
+@dataclass
+class Sample:
+    """One metric's values over runs (one arm of a study, one model's seeds)."""
+
+    values: list[float]
+
+    @property
+    def runs(self) -> int:
+        return len(self.values)
+
+    @property
+    def mean(self) -> float:
+        return mean(self.values)
+
+    @property
+    def std(self) -> float:
+        return sample_std(self.values)
+
+    @property
+    def collapsed(self) -> bool:
+        """Every run gave the bitwise-same value."""
+        return len(self.values) >= 2 and len(set(self.values)) == 1
+
+
 def _continued_fraction_beta(a: float, b: float, x: float) -> float:
     """Continued fraction of the incomplete beta function (modified Lentz)."""
     tiny = 1e-300

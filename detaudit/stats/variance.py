@@ -8,7 +8,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from detaudit.stats.numerics import Interval, mean, pairwise_disagreement, sample_std, std_ratio_interval
+from detaudit.stats.numerics import Interval, Sample, pairwise_disagreement, std_ratio_interval
 from detaudit.stats.study import ARMS, FIXED, VARIED, RunRecord, Study
 
 ARM_TITLES = {FIXED: "fixed seed", VARIED: "varied seeds"}
@@ -21,26 +21,8 @@ def percent(share: float) -> str:
     return f"{share:.0%}" if share == 0.0 or share >= 0.01 else f"{share * 100:.2g}%"
 
 
-@dataclass
-class ArmSummary:
-    values: list[float]
-
-    @property
-    def runs(self) -> int:
-        return len(self.values)
-
-    @property
-    def mean(self) -> float:
-        return mean(self.values)
-
-    @property
-    def std(self) -> float:
-        return sample_std(self.values)
-
-    @property
-    def collapsed(self) -> bool:
-        """Every run gave the bitwise-same value."""
-        return len(self.values) >= 2 and len(set(self.values)) == 1
+#: one arm of a variance study (fixed or varied seeds)
+ArmSummary = Sample
 
 
 @dataclass
