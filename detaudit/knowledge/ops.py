@@ -184,6 +184,16 @@ def _devices_text(devices: Iterable[str]) -> str:
     return " and ".join(names)
 
 
+def devices_of(behaviours) -> tuple[str, ...]:
+    """The devices any of ``behaviours`` applies to, in canonical order."""
+    return tuple(d for d in DEVICES if any(d in b.devices for b in behaviours))
+
+
+def phases_of(behaviours) -> tuple[str, ...]:
+    """The phases (forward/backward) any of ``behaviours`` applies to, in canonical order."""
+    return tuple(p for p in PHASES if any(p in b.phases for b in behaviours))
+
+
 @dataclass(frozen=True, repr=False)
 class OpEntry:
     id: str
@@ -206,11 +216,11 @@ class OpEntry:
 
     @property
     def devices(self) -> tuple[str, ...]:
-        return tuple(d for d in DEVICES if any(d in b.devices for b in self.behaviours))
+        return devices_of(self.behaviours)
 
     @property
     def phases(self) -> tuple[str, ...]:
-        return tuple(p for p in PHASES if any(p in b.phases for b in self.behaviours))
+        return phases_of(self.behaviours)
 
     def hint(self, device: str | None = None, torch_version: str | None = None) -> str:
         """One line: what is nondeterministic, where, and what deterministic
@@ -255,11 +265,11 @@ class OpMatch:
 
     @property
     def devices(self) -> tuple[str, ...]:
-        return tuple(d for d in DEVICES if any(d in b.devices for b in self.behaviours))
+        return devices_of(self.behaviours)
 
     @property
     def phases(self) -> tuple[str, ...]:
-        return tuple(p for p in PHASES if any(p in b.phases for b in self.behaviours))
+        return phases_of(self.behaviours)
 
     @property
     def cuda_only(self) -> bool:
