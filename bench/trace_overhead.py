@@ -1,12 +1,19 @@
 """Time a plain training step against the same step under detaudit's tracer.
 
 Prints, for each model and device (CPU; CUDA when available), the median step
-time plain and traced, and the ratio, all measured in this one run.  Not a
-test: timings depend on the machine.  Usage: python bench/trace_overhead.py
+time plain and traced, the ratio, and the aten ops traced per step, all
+measured in this one run.  Not a test: timings depend on the machine.
+
+Plain and traced steps alternate in short blocks (a fresh watcher and tracer
+per traced block) and the ratio is the median of the per-block ratios, so a
+load change on a shared machine hits both sides alike instead of one.
+
+Usage: python bench/trace_overhead.py [--rounds N] [--steps N] [--threads N] [--models mlp,small_cnn]
 """
 
 from __future__ import annotations
 
+import argparse
 import statistics
 import sys
 import time
@@ -39,43 +46,86 @@ def big_matmul(device):
     return model, torch.randn(512, width, device=device), torch.randint(0, 10, (512,), device=device)
 
 
-def median_step_seconds(build, device, traced: bool, steps: int = 15) -> float:
-    torch.manual_seed(0)
-    model, inputs, targets = build(device)
-    optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
-    times = []
-    watcher = TrainingWatcher() if traced else None
-    tracer = OpTracer() if traced else None
-    if tracer:
-        tracer.attach(watcher)
-        tracer.__enter__()
+MODELS = {"mlp": mlp, "small_cnn": small_cnn, "big_matmul": big_matmul}
+
+
+class Trainer:
+    """One model and optimizer; times single training steps."""
+
+    def __init__(self, build, device):
+        torch.manual_seed(0)
+        self.device = device
+        self.model, self.inputs, self.targets = build(device)
+        self.optimizer = torch.optim.Adam(self.model.parameters(), lr=1e-3)
+
+    def step_seconds(self) -> float:
+        if self.device.type == "cuda":
+            torch.cuda.synchronize()
+        started = time.perf_counter()
+        self.optimizer.zero_grad()
+        nn.functional.cross_entropy(self.model(self.inputs), self.targets).backward()
+        self.optimizer.step()  # the tracer flushes its digests here, once per step
+        if self.device.type == "cuda":
+            torch.cuda.synchronize()
+        return time.perf_counter() - started
+
+
+def traced_block(trainer: Trainer, steps: int) -> tuple[list[float], int]:
+    """Step times under a fresh watcher and tracer (after one untimed warm-up
+    step), and the number of ops traced per step."""
+    watcher = TrainingWatcher()
+    tracer = OpTracer()
+    tracer.attach(watcher)
     try:
-        for _ in range(steps + 3):
-            if device.type == "cuda":
-                torch.cuda.synchronize()
-            started = time.perf_counter()
-            optimizer.zero_grad()
-            nn.functional.cross_entropy(model(inputs), targets).backward()
-            optimizer.step()  # the tracer flushes its digests here, once per step
-            if device.type == "cuda":
-                torch.cuda.synchronize()
-            times.append(time.perf_counter() - started)
+        with tracer:
+            trainer.step_seconds()
+            ops_before = len(tracer.records)
+            times = [trainer.step_seconds() for _ in range(steps)]
+            ops_per_step = (len(tracer.records) - ops_before) // steps
     finally:
-        if tracer:
-            tracer.__exit__(None, None, None)
-            watcher.close()
-    return statistics.median(times[3:])
+        watcher.close()
+    return times, ops_per_step
+
+
+def measure(build, device, rounds: int, steps: int) -> dict:
+    plain_trainer, traced_trainer = Trainer(build, device), Trainer(build, device)
+    for _ in range(2):  # warm-up: first-call costs (allocator, kernels) on both sides
+        plain_trainer.step_seconds()
+    plain, traced, ratios, ops = [], [], [], 0
+    for _ in range(rounds):
+        plain_times = [plain_trainer.step_seconds() for _ in range(steps)]
+        traced_times, ops = traced_block(traced_trainer, steps)
+        plain.extend(plain_times)
+        traced.extend(traced_times)
+        ratios.append(statistics.median(traced_times) / statistics.median(plain_times))
+    return {
+        "plain": statistics.median(plain),
+        "traced": statistics.median(traced),
+        "ratio": statistics.median(ratios),
+        "ops": ops,
+    }
 
 
 def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=7, help="alternating plain/traced blocks (default 7)")
+    parser.add_argument("--steps", type=int, default=5, help="timed steps per block (default 5)")
+    parser.add_argument("--threads", type=int, help="torch.set_num_threads before measuring")
+    parser.add_argument("--models", default=",".join(MODELS), help="comma-separated subset of " + ", ".join(MODELS))
+    args = parser.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
     devices = [torch.device("cpu")] + ([torch.device("cuda")] if torch.cuda.is_available() else [])
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} CPU threads")
-    print(f"{'model':<12}{'device':<8}{'plain ms':>10}{'traced ms':>11}{'ratio':>8}")
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} CPU threads, {args.rounds} rounds x {args.steps} steps")
+    print(f"{'model':<12}{'device':<8}{'ops/step':>9}{'plain ms':>10}{'traced ms':>11}{'ratio':>8}")
     for device in devices:
-        for name, build in (("mlp", mlp), ("small_cnn", small_cnn), ("big_matmul", big_matmul)):
-            plain = median_step_seconds(build, device, traced=False)
-            traced = median_step_seconds(build, device, traced=True)
-            print(f"{name:<12}{device.type:<8}{plain * 1e3:>10.2f}{traced * 1e3:>11.2f}{traced / plain:>7.2f}x")
+        for name in args.models.split(","):
+            result = measure(MODELS[name], device, args.rounds, args.steps)
+            print(
+                f"{name:<12}{device.type:<8}{result['ops']:>9}{result['plain'] * 1e3:>10.2f}"
+                f"{result['traced'] * 1e3:>11.2f}{result['ratio']:>7.2f}x",
+                flush=True,
+            )
 
 
 if __name__ == "__main__":
