@@ -63,11 +63,20 @@ class EntropySeed(Rule):
         "import torch\ng = torch.Generator()\nx = torch.randn(3, generator=g)\n",
         # a seed passed in by the caller may be None, but that is the caller's choice
         "import numpy as np\ndef make_rng(seed):\n    return np.random.default_rng(seed)\n",
+        # guarded by the flag: conditional-seed reports it, once
+        "import argparse, random\np = argparse.ArgumentParser()\np.add_argument('--seed', type=int)\nargs = p.parse_args()\n"
+        "if args.seed is not None:\n    random.seed(args.seed)\n",
     )
     INVALID = (
         Invalid("import time, torch\ntorch.manual_seed(int(time.time()))\n", line=2, message="time.time()"),
         Invalid("import random\nrandom.seed()\n", line=2, message="without a seed"),
         Invalid("import numpy as np\nnp.random.seed(None)\n", line=2, message="without a seed"),
+        # unguarded, the flag's default None reseeds from the OS on every default run
+        Invalid(
+            "import argparse, random\np = argparse.ArgumentParser()\np.add_argument('--seed', type=int)\nargs = p.parse_args()\n"
+            "random.seed(args.seed)\n",
+            line=5,
+        ),
         Invalid("import torch\ntorch.seed()\n", line=2, message="torch.seed()"),
         Invalid("import numpy as np\nrng = np.random.default_rng()\n", line=2),
         Invalid("import numpy\nstate = numpy.random.RandomState()\n", line=2),
@@ -121,7 +130,10 @@ class EntropySeed(Rule):
             keyword, position = SEED_PARAMETERS[call.qualname]
             seed_node = call.value_node(keyword, position)
             unseeded = seed_node is None and not call.has_star_args and not call.node.args
-            if (unseeded or self.facts.evaluate(seed_node).is_(None)) and call.qualname in SEEDED_BY_OS_WHEN_NONE:
+            value = self.facts.evaluate(seed_node)
+            if value.flag is not None and call.scope.conditions:
+                return  # ``if args.seed is not None: random.seed(args.seed)`` is conditional-seed's finding
+            if (unseeded or value.is_(None)) and call.qualname in SEEDED_BY_OS_WHEN_NONE:
                 target = target_of_value.get(id(call.node))
                 if target is None or target not in seeded_later:  # ``rng = Random(); rng.seed(s)`` is seeded
                     self._report_once(reported, call.node, f"{call.qualname}() without a seed draws its seed from the OS.")
