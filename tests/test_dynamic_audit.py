@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -67,3 +69,7 @@ def test_assert_deterministic_fails_with_the_rendered_report():
     text = str(failure.value)
     assert text.startswith("nondeterministic")
     assert "rng" in text and "test_dynamic_audit.py" in text
+    words = " ".join(text.split())  # undo the console's line wrapping
+    reseed_line = unseeded_step.__code__.co_firstlineno + 1
+    assert "the generator state was set differently by torch.seed() at " in words
+    assert f"{Path(__file__).name}:{reseed_line} (step 1)" in words

@@ -81,7 +81,7 @@ def test_crash_exit_code_and_output_are_reported():
     assert crashed.failed and crashed.returncode == 1
     assert "ValueError: the data loader ran dry" in crashed.stderr
     assert crashed.payload["error"].startswith("ValueError")
-    exited = run_script(FIXTURES / "exit_code.py", timeout=60)
+    exited = run_script(FIXTURES / "exit_code.py", options=LaunchOptions(seed=None), timeout=60)  # no torch to load
     assert exited.returncode == 3 and exited.failed
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 import torch
 
 from detaudit.dynamic.compare import Trace, compare_traces
@@ -28,23 +29,34 @@ def test_negative_zero_differs_and_missing_tensor_is_reported():
     assert [d.name for d in diffs] == ["b"]
 
 
-def _digests(tensor: torch.Tensor) -> int:
+def _digests(tensor: torch.Tensor, device_path: bool = False) -> int:
     tracer = OpTracer()
+    if device_path:  # the non-CPU digest's arithmetic, run on CPU: staged, then flushed in one transfer
+        tracer._staged.append(tracer._device_digest(tensor))
+        tracer.flush()
+        return tracer.digests[0]
     digest_id = tracer._stage_digest(tensor)
     tracer.flush()
     return tracer.digests[digest_id]
 
 
-def test_digest_sees_permutations_equal_pairs_and_every_dtype():
+@pytest.mark.parametrize("device_path", [False, True], ids=["cpu-crc", "device-weighted-sum"])
+def test_digest_sees_permutations_equal_pairs_and_every_dtype(device_path):
+    def digest(tensor):
+        return _digests(tensor, device_path)
+
     base = torch.arange(8, dtype=torch.float32)
-    assert _digests(base) == _digests(base.clone())
-    assert _digests(base) != _digests(base.flip(0))  # XOR hashes are blind to this
-    assert _digests(torch.tensor([3.0, 3.0])) != _digests(torch.tensor([5.0, 5.0]))  # x ^ x == 0
-    for dtype in (torch.int64, torch.int32, torch.int8, torch.uint8, torch.bool, torch.bfloat16, torch.float16, torch.complex64):
+    assert digest(base) == digest(base.clone())
+    assert digest(base) != digest(base.flip(0))  # XOR hashes are blind to this
+    assert digest(torch.tensor([3.0, 3.0])) != digest(torch.tensor([5.0, 5.0]))  # x ^ x == 0
+    grid = torch.arange(6.0).reshape(2, 3)
+    assert digest(grid.t()) == digest(grid.t().contiguous()) != digest(grid)  # logical order, not memory order
+    for dtype in (torch.int64, torch.int32, torch.int8, torch.uint8, torch.bool, torch.bfloat16, torch.float16,
+                  torch.complex64, torch.uint16, torch.float8_e4m3fn):
         values = torch.tensor([1, 0, 1, 1]).to(dtype)
         changed = values.clone()
         changed[1] = 1
-        assert _digests(values) != _digests(changed), dtype
+        assert digest(values) != digest(changed), dtype
 
 
 def _trace(step) -> Trace:
@@ -69,3 +81,13 @@ def test_compare_finds_the_op_whose_inputs_match_and_skips_allocations():
     different = compare_traces(_trace(lambda: step(0.0)), _trace(lambda: step(1.0)))
     assert [c.kind for c in different.causes] == ["external-input"]
     assert different.propagated >= 2  # add, relu, sum only differ because of it
+
+
+def test_reading_a_transposed_or_expanded_view_reuses_its_inputs_digest():
+    weight, data = torch.randn(3, 4), torch.randn(3, 5)
+    tracer = OpTracer()
+    with tracer:
+        weight.t() @ data  # t: a view; mm reads it without hashing a strided copy
+        weight.sum(0).expand(5, 4).sum()
+    # weight, data and mm's output; weight.sum(0) and the final sum: nothing for the views
+    assert len(tracer.trace_data()["digests"]) == 5

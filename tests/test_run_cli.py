@@ -63,12 +63,13 @@ def test_index_put_race_is_localized_to_its_line(capsys, tmp_path):
 
 
 def test_sarif_and_github_formats_reuse_the_shared_writers(capsys):
-    code, out, _ = _run(capsys, FIXTURES / "external_numpy.py", "--repeats", "2", "--format", "sarif")
+    # a control-flow cause needs no capture reruns: two script runs in all
+    code, out, _ = _run(capsys, FIXTURES / "control_flow_pid.py", "--repeats", "2", "--format", "sarif")
     sarif = json.loads(out)
     assert code == 1
     [result] = sarif["runs"][0]["results"]
-    assert result["ruleId"] == "DYN004"
-    assert result["locations"][0]["physicalLocation"]["region"]["startLine"] == 13
+    assert result["ruleId"] == "DYN005"
+    assert result["locations"][0]["physicalLocation"]["region"]["startLine"] == 14
 
 
 def test_crashing_script_exits_2_with_its_traceback(capsys, tmp_path):

@@ -12,18 +12,18 @@ from detaudit.cli import main
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "dynamic"
 
 CASES = [
-    # fixture, extra args, kind, op prefix, line, module
-    ("rng_reseed.py", [], "rng", "aten.bernoulli", 14, "model.1"),
-    ("uninitialized_bias.py", [], "uninitialized-memory", "aten.empty", 9, ""),
-    ("external_numpy.py", [], "external-input", "aten.lift_fresh", 13, ""),
-    ("control_flow_pid.py", [], "control-flow", "aten.randn", 14, ""),
-    ("thread_sum.py", ["--vary", "threads", "--repeats", "3"], "thread-count", "aten.sum", 11, ""),
-    ("hash_order_vocab.py", ["--vary", "hashseed", "--repeats", "3"], "hash-order", "aten.lift_fresh", 8, ""),
+    # fixture, extra args, kind, op prefix, line, module, what else the cause says
+    ("rng_reseed.py", [], "rng", "aten.bernoulli", 14, "model.1", {"call": "torch.seed", "line": 10}),
+    ("uninitialized_bias.py", [], "uninitialized-memory", "aten.empty", 9, "", {}),
+    ("external_numpy.py", [], "external-input", "aten.lift_fresh", 13, "", {}),
+    ("control_flow_pid.py", [], "control-flow", "aten.randn", 14, "", {"op": "aten.randn.default", "line": 14}),
+    ("thread_sum.py", ["--vary", "threads", "--repeats", "3"], "thread-count", "aten.sum", 11, "", {}),
+    ("hash_order_vocab.py", ["--vary", "hashseed", "--repeats", "3"], "hash-order", "aten.lift_fresh", 8, "", {}),
 ]
 
 
-@pytest.mark.parametrize("fixture, extra, kind, op, line, module", CASES, ids=[c[2] for c in CASES])
-def test_root_cause_kind_op_and_line(capsys, fixture, extra, kind, op, line, module):
+@pytest.mark.parametrize("fixture, extra, kind, op, line, module, details", CASES, ids=[c[2] for c in CASES])
+def test_root_cause_kind_op_and_line(capsys, fixture, extra, kind, op, line, module, details):
     args = ["run", str(FIXTURES / fixture), "--format", "json", *(extra or ["--repeats", "2"])]
     code = main(args)
     report = json.loads(capsys.readouterr().out)
@@ -32,6 +32,8 @@ def test_root_cause_kind_op_and_line(capsys, fixture, extra, kind, op, line, mod
     assert (cause["kind"], cause["line"], cause["module"]) == (kind, line, module)
     assert cause["op"].startswith(op)
     assert cause["path"].endswith(fixture)
+    # the RNG cause names where the generator state was changed; control flow, what the other run did
+    assert {key: cause.get("other_side", {}).get(key) for key in details} == details
     assert report["tensors"], "a root cause must show in the final state too"
 
 

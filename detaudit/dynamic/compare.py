@@ -10,6 +10,10 @@ the op names or output shapes stop matching (a control-flow divergence) record
 * a root cause when a differing input entered from outside torch (an external
   input, located where it entered) or came from uninitialized memory;
 * *propagated* otherwise: it only differs because something upstream did.
+
+An RNG cause also names the last call before it that left the generator in a
+different state in the two runs (``torch.seed()``, ``torch.manual_seed(<time>)``),
+when the tracer saw one.
 """
 
 from __future__ import annotations
@@ -20,6 +24,12 @@ from pathlib import Path
 
 from detaudit.dynamic.tracer import (
     ARGS,
+    RNG_BEFORE_OP,
+    RNG_CALL,
+    RNG_LINE,
+    RNG_PATH,
+    RNG_STATE,
+    RNG_STEP,
     INPUTS,
     LEAVES,
     LINE,
@@ -45,11 +55,12 @@ CONTROL_FLOW = "control-flow"
 class Trace:
     ops: list[list]
     digests: list[int]
+    rng_events: list[list] = field(default_factory=list)  # generator state changes (tracer RNG_* fields)
 
     @classmethod
     def load(cls, path: str | Path) -> "Trace":
         data = json.loads(Path(path).read_text())
-        return cls(data["ops"], data["digests"])
+        return cls(data["ops"], data["digests"], data.get("rng_events", []))
 
     def value(self, digest_id: int):
         return "uninitialized" if digest_id == UNINIT else self.digests[digest_id]
@@ -104,7 +115,7 @@ def compare_traces(a: Trace, b: Trace) -> PairComparison:
         args_differ = ra[ARGS] != rb[ARGS]
         if not (inputs_differ or outputs_differ or args_differ):
             continue
-        cause = _classify(a, ra, index, inputs_differ, outputs_differ, args_differ, differing_records)
+        cause = _classify(a, b, ra, index, inputs_differ, outputs_differ, args_differ, differing_records)
         differing_records.add(index)
         if cause is None:
             propagated += 1
@@ -142,7 +153,7 @@ def _control_flow(index: int, reference: list, other: list) -> CauseAt:
     )
 
 
-def _classify(trace, record, index, inputs_differ, outputs_differ, args_differ, differing_records) -> CauseAt | None:
+def _classify(trace, other, record, index, inputs_differ, outputs_differ, args_differ, differing_records) -> CauseAt | None:
     leaves = {position: (kind, origin) for position, kind, origin in record[LEAVES]}
     for position in inputs_differ:
         kind, origin = leaves.get(position, ("op", None))
@@ -157,12 +168,32 @@ def _classify(trace, record, index, inputs_differ, outputs_differ, args_differ, 
     if not outputs_differ:
         return None
     if record[SEEDED]:
-        return CauseAt(RNG, index, index, "outputs")
+        return CauseAt(RNG, index, index, "outputs", other_side=_rng_state_change(trace, other, index))
     for position, ref in enumerate(record[INPUTS]):
         kind, origin = leaves.get(position, ("op", None))
         if ref == UNINIT or kind == "alloc":
             return CauseAt(UNINITIALIZED_MEMORY, origin if origin is not None else index, index, "outputs")
     return CauseAt(NONDETERMINISTIC_OP, index, index, "outputs")
+
+
+def _rng_state_change(a: Trace, b: Trace, index: int) -> dict:
+    """The last generator-state change before record ``index`` that left a
+    different state in the two runs ({} when none was seen)."""
+    changed = None
+    for event_a, event_b in zip(a.rng_events, b.rng_events):
+        if event_a[RNG_BEFORE_OP] > index:
+            break
+        if event_a[RNG_STATE] != event_b[RNG_STATE]:
+            changed = event_a
+    if changed is None:
+        return {}
+    where = f"{changed[RNG_PATH]}:{changed[RNG_LINE]}"
+    return {
+        "note": f"the generator state was set differently by {changed[RNG_CALL]}() at {where} (step {changed[RNG_STEP]}).",
+        "call": changed[RNG_CALL],
+        "path": changed[RNG_PATH],
+        "line": changed[RNG_LINE],
+    }
 
 
 def first_step(trace: Trace, record: int) -> int:

@@ -11,16 +11,27 @@
   are attributed to the user's forward line (on CUDA, backward runs on autograd
   threads where no user frame exists).
 
-Digests are position-sensitive (a weighted int64 sum of the element bits, with
-odd weights, so any single-element change is detected) and stay on the device
-until ``flush()``, called once per optimizer step.  Inputs are mostly earlier
-outputs: they are looked up by storage, layout and version counter instead of
-being hashed again; only leaves are hashed.  Outputs of allocation ops and of
-view ops are not hashed (garbage, respectively an alias of something hashed).
+Digests are position-sensitive and cover every dtype.  On CPU a digest is the
+CRC-32 of the tensor's bytes in logical order, computed on the spot (CPU ops are
+synchronous anyway, and one pass over the bytes without a temporary is several
+times cheaper than arithmetic on them).  On other devices it is a sum of the
+element bits times odd position weights (so any single-element change shows),
+computed on the device and staged there until ``flush()``, called once per
+optimizer step: no per-op host sync.  Inputs are mostly earlier outputs: they
+are looked up by storage, layout and version counter instead of being hashed
+again; only leaves are hashed.  Outputs of allocation ops and of view ops are
+not hashed (garbage, respectively an alias of something hashed).
+
+Calls that change the torch generator state (``torch.seed()``,
+``torch.manual_seed``, ``torch.set_rng_state``..., named by the knowledge base)
+are recorded with their user line and a digest of the state they left, so an
+RNG root cause can say where the state came to differ.
 """
 
 from __future__ import annotations
 
+import functools
+import importlib
 import json
 import os
 import sys
@@ -31,9 +42,9 @@ from pathlib import Path
 import torch
 from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
-from torch.utils._pytree import tree_flatten
 
 from detaudit.dynamic.watch import StopRun, user_frame
+from detaudit.knowledge.apis import RESEED_FROM_ENTROPY, RNG_STATE_RESTORERS, SEED_PARAMETERS
 
 # Ops whose output is uninitialized memory by definition (every nn.Linear
 # starts from one): never compared, never reported.
@@ -44,15 +55,64 @@ _STAGE_LIMIT = 8192  # flush early when this many digests wait on the device
 _WEIGHT_MULTIPLIER = 0x9E3779B97F4A7C15 - (1 << 64)  # golden-ratio constant as a signed int64
 _INT_OF_SIZE = {1: torch.int8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
 _PLAIN_ARG_TYPES = (int, float, bool, str, complex, type(None), torch.dtype, torch.device, torch.layout, torch.memory_format)
+# dtypes Tensor.numpy() converts; the others (bfloat16, float8, unsigned ints
+# wider than a byte on older torch) are read through a uint8 view
+_NUMPY_DTYPES = frozenset(
+    {torch.bool, torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64,
+     torch.float16, torch.float32, torch.float64, torch.complex64, torch.complex128}
+)
+# torch functions that set the global torch generators' state, as "module.function"
+_RNG_STATE_SETTERS = tuple(
+    sorted(
+        name
+        for name in {*RESEED_FROM_ENTROPY, *SEED_PARAMETERS, *RNG_STATE_RESTORERS}
+        if name.startswith("torch.")
+    )
+)
 
 # fields of one record (a list, so the trace stays compact JSON)
 OP, PHASE, PATH, LINE, MODULE, STEP, OUT_META, ARGS, INPUTS, OUTPUTS, LEAVES, SEEDED = range(12)
+# fields of one RNG state change: the function, where it was called, the step,
+# how many ops were recorded before it, and a digest of the state it left
+RNG_CALL, RNG_PATH, RNG_LINE, RNG_STEP, RNG_BEFORE_OP, RNG_STATE = range(6)
 
 
 def _plain(value) -> str:
     """A non-tensor argument or result as text that is equal across processes
     (objects whose repr carries an address are reduced to their type)."""
     return repr(value) if isinstance(value, _PLAIN_ARG_TYPES) else type(value).__name__
+
+
+def _flatten(values, into: list) -> list:
+    """Append the leaves of nested lists/tuples (the only containers in aten
+    arguments and results) to ``into``; much cheaper than pytree per op."""
+    for value in values:
+        if type(value) is list or type(value) is tuple:
+            _flatten(value, into)
+        else:
+            into.append(value)
+    return into
+
+
+def host_digest(tensor: torch.Tensor) -> int:
+    """CRC-32 of a CPU tensor's bytes in logical (row-major) order: position-
+    sensitive, any dtype, equal across processes."""
+    if not tensor.is_contiguous():
+        tensor = tensor.contiguous()
+    if tensor.dtype not in _NUMPY_DTYPES:
+        tensor = tensor.resolve_conj().reshape(-1).view(torch.uint8)
+    return zlib.crc32(tensor.numpy(force=True))  # force: detach, resolve conj/neg bits
+
+
+def _rng_state_digest() -> int:
+    """Digest of the global generators' state (CPU, and CUDA once initialized)."""
+    states = [torch.get_rng_state()]
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        states.extend(torch.cuda.get_rng_state_all())
+    digest = 0
+    for state in states:
+        digest = zlib.crc32(state.numpy(), digest)
+    return digest
 
 
 class _OpInfo:
@@ -96,6 +156,13 @@ class _OpRecorder(TorchDispatchMode):
         super().__init__()
         self.tracer = tracer
 
+    @classmethod
+    def _should_skip_dynamo(cls) -> bool:
+        # By default torch wraps __torch_dispatch__ in torch._dynamo.disable,
+        # which costs about 0.5 us on every op; this handler is never
+        # compiled, and torch.compile'd code still runs under the mode without it.
+        return False
+
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         if self.tracer.paused or func.namespace in _UNTRACED_NAMESPACES:
             return func(*args, **(kwargs or {}))
@@ -111,7 +178,11 @@ class OpTracer:
         self._storage_origin: dict[int, tuple] = {}  # id(storage) -> (storage ref, ("op"|"alloc"|"external", record))
         self._forward_sites: dict[int, tuple] = {}  # grad_fn sequence nr -> (file, line, module)
         self._op_info: dict = {}
-        self._weights: dict[torch.device, torch.Tensor] = {}
+        self._out_meta: dict[tuple, str] = {}  # (dtype, shape) -> "float32[2, 3]"
+        self._weights: dict[tuple, torch.Tensor] = {}  # (device, int dtype) -> position weights
+        self.rng_events: list[list] = []  # calls that set the generator state (RNG_* fields)
+        self._in_rng_setter = False  # torch.manual_seed calls torch.cuda.manual_seed_all: record the outer call
+        self._patched_setters: list[tuple] = []  # (module, attribute, original function)
         self.capture_ops = set(capture_ops)
         self.captured: dict[int, dict] = {}
         self.watcher = None
@@ -122,6 +193,7 @@ class OpTracer:
         self.watcher = watcher
 
     def __enter__(self):
+        self._patch_rng_setters()
         for mode in self._modes:
             mode.__enter__()
         return self
@@ -129,16 +201,70 @@ class OpTracer:
     def __exit__(self, *exc_info):
         for mode in reversed(self._modes):
             mode.__exit__(*exc_info)
+        self._unpatch_rng_setters()
         self.flush()
+
+    # -- generator state changes -------------------------------------------
+    def _patch_rng_setters(self) -> None:
+        for name in _RNG_STATE_SETTERS:
+            module_name, attribute = name.rsplit(".", 1)
+            module = importlib.import_module(module_name)
+            original = getattr(module, attribute, None)
+            if original is not None:
+                self._patched_setters.append((module, attribute, original))
+                setattr(module, attribute, self._recording_setter(name, original))
+
+    def _unpatch_rng_setters(self) -> None:
+        while self._patched_setters:
+            module, attribute, original = self._patched_setters.pop()
+            setattr(module, attribute, original)
+
+    def _recording_setter(self, name: str, setter):
+        tracer = self
+
+        @functools.wraps(setter)
+        def recording_setter(*args, **kwargs):
+            if tracer._in_rng_setter or tracer.paused:
+                return setter(*args, **kwargs)
+            tracer._in_rng_setter = True
+            try:
+                result = setter(*args, **kwargs)
+            finally:
+                tracer._in_rng_setter = False
+            tracer.note_rng_state_change(name, sys._getframe(1))
+            return result
+
+        return recording_setter
+
+    def note_rng_state_change(self, name: str, caller) -> None:
+        frame = user_frame(caller)
+        self.paused = True  # reading the state is detaudit's business, not the trace's
+        try:
+            state = _rng_state_digest()
+        finally:
+            self.paused = False
+        self.rng_events.append(
+            [
+                name,
+                frame.f_code.co_filename if frame else "",
+                frame.f_lineno if frame else 0,
+                self.watcher.steps + 1 if self.watcher else 1,
+                len(self.records),
+                state,
+            ]
+        )
 
     # -- attribution -------------------------------------------------------
     def _module(self) -> str:
         return self.watcher.current_module if self.watcher else ""
 
     def note_forward_site(self, grad_fn) -> None:
+        sequence_nr = grad_fn._sequence_nr()
+        if sequence_nr in self._forward_sites:  # an existing tensor passed through (dropout in eval mode)
+            return
         frame = user_frame(sys._getframe(1))
         if frame is not None:
-            self._forward_sites[grad_fn._sequence_nr()] = (frame.f_code.co_filename, frame.f_lineno, self._module())
+            self._forward_sites[sequence_nr] = (frame.f_code.co_filename, frame.f_lineno, self._module())
 
     def _site(self) -> tuple[str, str, int, str]:
         """(phase, file, line, module) of the op being dispatched."""
@@ -156,23 +282,31 @@ class OpTracer:
         return phase, frame.f_code.co_filename, frame.f_lineno, self._module()
 
     # -- digests -----------------------------------------------------------
-    def _position_weights(self, count: int, device: torch.device) -> torch.Tensor:
-        weights = self._weights.get(device)
+    def _position_weights(self, count: int, device: torch.device, dtype: torch.dtype) -> torch.Tensor:
+        """Odd weights 0..count-1 in the bits' own integer type: the products
+        wrap in that type, which keeps every single-element change visible
+        (an odd weight is invertible modulo any power of two) without first
+        widening the bits to int64."""
+        weights = self._weights.get((device, dtype))
         if weights is None or weights.numel() < count:
             size = max(count, 2 * (0 if weights is None else weights.numel()), 1024)
-            weights = torch.arange(size, dtype=torch.int64, device=device) * _WEIGHT_MULTIPLIER | 1
-            self._weights[device] = weights
+            weights = (torch.arange(size, dtype=torch.int64, device=device) * _WEIGHT_MULTIPLIER | 1).to(dtype)
+            self._weights[(device, dtype)] = weights
         return weights[:count]
+
+    def _device_digest(self, tensor: torch.Tensor) -> torch.Tensor:
+        """Position-weighted sum of the element bits, left on the tensor's device."""
+        flat = tensor.reshape(-1)
+        if flat.is_complex():
+            flat = torch.view_as_real(flat).reshape(-1)
+        bits = flat.view(_INT_OF_SIZE[flat.element_size()])
+        return (bits * self._position_weights(bits.numel(), bits.device, bits.dtype)).sum(dtype=torch.int64)
 
     def _stage_digest(self, tensor: torch.Tensor) -> int:
         digest_id = len(self.digests) + len(self._staged)
         try:
-            flat = tensor.reshape(-1)
-            if flat.is_complex():
-                flat = torch.view_as_real(flat).reshape(-1)
-            bits = flat.view(_INT_OF_SIZE[flat.element_size()]).to(torch.int64)
-            self._staged.append((bits * self._position_weights(bits.numel(), bits.device)).sum())
-        except (RuntimeError, KeyError, NotImplementedError):  # sparse, meta, exotic dtypes: shape only
+            self._staged.append(host_digest(tensor) if tensor.is_cpu else self._device_digest(tensor))
+        except (RuntimeError, TypeError, KeyError, NotImplementedError):  # sparse, meta, exotic: shape only
             self._staged.append(zlib.crc32(f"{tensor.dtype}{list(tensor.shape)}".encode()))
         return digest_id
 
@@ -198,7 +332,7 @@ class OpTracer:
 
     @staticmethod
     def _layout_key(tensor: torch.Tensor, storage) -> tuple:
-        return (id(storage), tensor.storage_offset(), tuple(tensor.shape), tuple(tensor.stride()), tensor.dtype)
+        return (id(storage), tensor.storage_offset(), tensor.shape, tensor.stride(), tensor.dtype)
 
     def _input_ref(self, tensor: torch.Tensor, record_index: int) -> tuple[int, tuple | None]:
         """(digest id, leaf origin or None) of an input, hashing it only if no
@@ -225,14 +359,20 @@ class OpTracer:
         self._storage_origin[id(storage)] = (weakref.ref(storage), origin)
         return origin
 
-    def _remember(self, tensor: torch.Tensor, storage, digest_id: int, written: bool = False) -> None:
+    def _remember(
+        self, tensor: torch.Tensor, storage, digest_id: int, written: bool = False, version: int | None = None
+    ) -> None:
         # An in-place op's version bump happens above this mode, after it
         # returns: a written tensor is current at its version or the next.
-        version = tensor._version
+        version = tensor._version if version is None else version
         versions = (version, version + 1) if written else (version,)
         self._tensor_digest[self._layout_key(tensor, storage)] = (weakref.ref(storage), versions, digest_id)
 
-    def _output_ref(self, tensor: torch.Tensor, info: _OpInfo, record_index: int, written: bool) -> int | None:
+    def _output_ref(
+        self, tensor: torch.Tensor, info: _OpInfo, record_index: int, written: bool, view_of: tuple | None
+    ) -> int | None:
+        """Digest id of an output; None for a view, which is no new data.
+        ``view_of`` is (tensor, digest id) of a view op's first input."""
         try:
             storage = tensor.untyped_storage()
         except (RuntimeError, NotImplementedError):
@@ -242,7 +382,17 @@ class OpTracer:
             self._remember(tensor, storage, UNINIT)
             return UNINIT
         if info.is_view and not written:
-            return None  # an alias: hashed when (and if) a consumer reads it
+            # A view that reads all of its input (t, permute, view, expand,
+            # detach) is a function of that input and of the view op's
+            # arguments, which are compared in this record: its readers can
+            # use the input's digest instead of copying a strided view to hash
+            # it.  A partial view (slice, select) is hashed when read, so a
+            # reader is not blamed for a difference elsewhere in the input.
+            # (A view gets its input's version counter above this mode, after
+            # it returns: here it still has a fresh one.)
+            if view_of is not None and tensor.numel() >= view_of[0].numel():
+                self._remember(tensor, storage, view_of[1], version=view_of[0]._version)
+            return None
         covers_storage = tensor.numel() * tensor.element_size() >= storage.nbytes()
         origin_entry = self._storage_origin.get(id(storage))
         if not written or covers_storage or origin_entry is None or origin_entry[0]() is not storage:
@@ -252,19 +402,29 @@ class OpTracer:
         return digest_id
 
     # -- the record --------------------------------------------------------
+    def _meta(self, tensor: torch.Tensor) -> str:
+        key = (tensor.dtype, tensor.shape)
+        meta = self._out_meta.get(key)
+        if meta is None:
+            meta = self._out_meta[key] = f"{str(tensor.dtype).removeprefix('torch.')}{list(tensor.shape)}"
+        return meta
+
     def record(self, func, args, kwargs):
         info = self._op_info.get(func)
         if info is None:
             info = self._op_info[func] = _OpInfo(func)
         record_index = len(self.records)
         phase, filename, line, module = self._site()
-        flat_args, _ = tree_flatten((args, kwargs))
+        flat_args = _flatten(kwargs.values(), _flatten(args, [])) if kwargs else _flatten(args, [])
         inputs, leaves, plain = [], [], []
+        view_of = None
         for value in flat_args:
             if isinstance(value, torch.Tensor):
                 digest_id, origin = self._input_ref(value, record_index)
                 if origin is not None:
                     leaves.append([len(inputs), *origin])
+                if not inputs and info.is_view:
+                    view_of = (value, digest_id)
                 inputs.append(digest_id)
             else:
                 plain.append(_plain(value))
@@ -277,17 +437,14 @@ class OpTracer:
         written = [
             item
             for index, name in info.written_args
-            for item in tree_flatten(args[index] if index < len(args) else kwargs.get(name))[0]
+            for item in _flatten((args[index] if index < len(args) else kwargs.get(name),), [])
             if isinstance(item, torch.Tensor)
         ]
-        flat_result = [v for v in tree_flatten(result)[0]]
+        flat_result = _flatten((result,), [])
         out_tensors = list({id(t): t for t in [*flat_result, *written] if isinstance(t, torch.Tensor)}.values())
         written_ids = {id(t) for t in written}
-        outputs = [self._output_ref(t, info, record_index, id(t) in written_ids) for t in out_tensors]
-        out_meta = [
-            f"{str(v.dtype).removeprefix('torch.')}{list(v.shape)}" if isinstance(v, torch.Tensor) else _plain(v)
-            for v in flat_result
-        ]
+        outputs = [self._output_ref(t, info, record_index, id(t) in written_ids, view_of) for t in out_tensors]
+        out_meta = [self._meta(v) if isinstance(v, torch.Tensor) else _plain(v) for v in flat_result]
         self.records.append(
             [
                 info.name,
@@ -320,13 +477,16 @@ class OpTracer:
         """The trace as plain data, with source paths relative to the working directory."""
         self.flush()
         cwd = os.getcwd()
-        paths: dict[str, str] = {}
+
+        @functools.lru_cache(maxsize=None)
+        def relative(filename: str) -> str:
+            return os.path.relpath(filename, cwd) if filename.startswith(cwd + os.sep) else filename
+
         for record in self.records:
-            filename = record[PATH]
-            if filename not in paths:
-                paths[filename] = os.path.relpath(filename, cwd) if filename.startswith(cwd + os.sep) else filename
-            record[PATH] = paths[filename]
-        return {"ops": self.records, "digests": self.digests}
+            record[PATH] = relative(record[PATH])
+        for event in self.rng_events:
+            event[RNG_PATH] = relative(event[RNG_PATH])
+        return {"ops": self.records, "digests": self.digests, "rng_events": self.rng_events}
 
     def save(self, output_dir: Path) -> dict:
         """Write trace.json (and capture.pt); returns their paths for the payload."""

@@ -32,12 +32,21 @@ def is_user_file(filename: str) -> bool:
     )
 
 
+_USER_FILES: dict[str, bool] = {}  # filename -> is_user_file: the tracer asks on every op
+
+
 def user_frame(start=None):
     """The innermost frame of user code (None if there is none, e.g. an autograd thread)."""
     frame = start or sys._getframe(1)
-    while frame is not None and not is_user_file(frame.f_code.co_filename):
+    while frame is not None:
+        filename = frame.f_code.co_filename
+        is_user = _USER_FILES.get(filename)
+        if is_user is None:
+            is_user = _USER_FILES[filename] = is_user_file(filename)
+        if is_user:
+            return frame
         frame = frame.f_back
-    return frame
+    return None
 
 
 def variable_name(obj: object) -> str | None:
