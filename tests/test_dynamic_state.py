@@ -57,6 +57,14 @@ def test_digest_sees_permutations_equal_pairs_and_every_dtype(device_path):
         changed = values.clone()
         changed[1] = 1
         assert digest(values) != digest(changed), dtype
+    # past the CPU digest's CRC size: weighted 64-bit words in 2 MiB chunks, then 0-7 tail bytes
+    large = torch.arange(2_200_003, dtype=torch.int32).to(torch.int8)
+    swapped, tail_changed = large.clone(), large.clone()
+    first, second = 5, (1 << 21) + 7  # one in each chunk, holding 5 and 7
+    swapped[first], swapped[second] = large[second], large[first]
+    tail_changed[-1] += 1
+    assert digest(large) == digest(large.clone())
+    assert len({digest(large), digest(swapped), digest(tail_changed), digest(large.flip(0))}) == 4
 
 
 def _trace(step) -> Trace:

@@ -11,10 +11,10 @@
   are attributed to the user's forward line (on CUDA, backward runs on autograd
   threads where no user frame exists).
 
-Digests are position-sensitive and cover every dtype.  On CPU a digest is the
-CRC-32 of the tensor's bytes in logical order, computed on the spot (CPU ops are
-synchronous anyway, and one pass over the bytes without a temporary is several
-times cheaper than arithmetic on them).  On other devices it is a sum of the
+Digests are position-sensitive and cover every dtype.  On CPU a digest is
+taken from the tensor's bytes in logical order with numpy and zlib, on the spot
+(CPU ops are synchronous anyway, and one pass over the bytes without a
+temporary is several times cheaper than torch arithmetic on them).  On other devices it is a sum of the
 element bits times odd position weights (so any single-element change shows),
 computed on the device and staged there until ``flush()``, called once per
 optimizer step: no per-op host sync.  Inputs are mostly earlier outputs: they
@@ -39,6 +39,7 @@ import weakref
 import zlib
 from pathlib import Path
 
+import numpy
 import torch
 from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -55,6 +56,12 @@ _STAGE_LIMIT = 8192  # flush early when this many digests wait on the device
 _WEIGHT_MULTIPLIER = 0x9E3779B97F4A7C15 - (1 << 64)  # golden-ratio constant as a signed int64
 _INT_OF_SIZE = {1: torch.int8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
 _PLAIN_ARG_TYPES = (int, float, bool, str, complex, type(None), torch.dtype, torch.device, torch.layout, torch.memory_format)
+# the CPU digest (host_digest): CRC-32 up to this size, then weighted 64-bit words
+_CRC_MAX_BYTES = 16 * 1024
+_CHUNK_WORDS = 1 << 18  # 2 MiB of weights: stays in cache while the data streams past
+_HOST_WEIGHTS = numpy.arange(_CHUNK_WORDS, dtype=numpy.uint64) * numpy.uint64(_WEIGHT_MULTIPLIER % (1 << 64)) | numpy.uint64(1)
+_CHUNK_MULTIPLIER = 0x100000001B3  # FNV-64 prime: chunk order matters
+_UINT64_MASK = (1 << 64) - 1
 # dtypes Tensor.numpy() converts; the others (bfloat16, float8, unsigned ints
 # wider than a byte on older torch) are read through a uint8 view
 _NUMPY_DTYPES = frozenset(
@@ -95,13 +102,25 @@ def _flatten(values, into: list) -> list:
 
 
 def host_digest(tensor: torch.Tensor) -> int:
-    """CRC-32 of a CPU tensor's bytes in logical (row-major) order: position-
-    sensitive, any dtype, equal across processes."""
+    """Digest of a CPU tensor's bytes in logical (row-major) order: position-
+    sensitive, any dtype, equal across processes.  Small tensors get a CRC-32;
+    larger ones a sum of their 64-bit words times odd position weights (a
+    numpy integer dot product: one pass, no temporary, about 3x faster than
+    CRC-32), taken in chunks so the weights stay small and cached."""
     if not tensor.is_contiguous():
         tensor = tensor.contiguous()
     if tensor.dtype not in _NUMPY_DTYPES:
         tensor = tensor.resolve_conj().reshape(-1).view(torch.uint8)
-    return zlib.crc32(tensor.numpy(force=True))  # force: detach, resolve conj/neg bits
+    data = tensor.numpy(force=True)  # force: detach, resolve conj/neg bits
+    if data.nbytes < _CRC_MAX_BYTES:
+        return zlib.crc32(data)
+    data = data.reshape(-1).view(numpy.uint8)
+    words = data[: data.size // 8 * 8].view(numpy.uint64)
+    digest = zlib.crc32(data[words.size * 8 :])  # the last 0-7 bytes
+    for start in range(0, words.size, _CHUNK_WORDS):
+        chunk = words[start : start + _CHUNK_WORDS]
+        digest = (digest * _CHUNK_MULTIPLIER + int(numpy.dot(chunk, _HOST_WEIGHTS[: chunk.size]))) & _UINT64_MASK
+    return digest
 
 
 def _rng_state_digest() -> int:
