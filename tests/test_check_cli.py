@@ -242,6 +242,22 @@ def test_check_never_imports_torch_or_numpy(tmp_path):
     assert "HEAVY [] 1" in result.stdout, result.stderr
 
 
+def test_a_file_that_cannot_matter_is_never_parsed(tmp_path):
+    """The pre-filter's promise: no libcst import (about 0.1 s) for files without torch & co."""
+    write(tmp_path / "util.py", "def add(a, b):\n    return a + b\n")
+    probe = (
+        "import sys\n"
+        "from detaudit.cli import main\n"
+        "code = main(['check', '--no-cache', 'util.py'])\n"
+        "print('LIBCST', 'libcst' in sys.modules, code)\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", probe], cwd=tmp_path, capture_output=True, text=True,
+        env={**os.environ, "PYTHONPATH": str(REPO)}, timeout=120,
+    )
+    assert "LIBCST False 0" in result.stdout, result.stdout + result.stderr
+
+
 def test_version_and_rules_commands():
     from detaudit import __version__
 
@@ -274,3 +290,24 @@ def test_bad_ops_table_is_a_usage_error(tmp_path):
 def test_framework_only_file_is_checked(tmp_path):
     write(tmp_path / "train.py", "import lightning as L\ntrainer = L.Trainer(deterministic=False)\n")
     assert [f["name"] for f in json_findings("train.py", cwd=tmp_path)] == ["framework-determinism-off"]
+
+
+def test_repeated_code_is_located_at_each_occurrence():
+    """Nodes are located by their text; repeated text falls back to the top-level
+    statement, then to libcst's positions: every path must give the exact line."""
+    from detaudit.static.engine import check_source
+
+    text = (
+        "import torch\n"
+        "torch.backends.cudnn.benchmark = True\n"  # same text at top level twice
+        "x = 1\n"
+        "torch.backends.cudnn.benchmark = True\n"
+        "def configure():\n"
+        "    torch.backends.cuda.matmul.allow_tf32 = True\n"  # same text twice in one statement
+        "    torch.backends.cuda.matmul.allow_tf32 = True\n"
+        "torch.set_float32_matmul_precision('high')\n"  # unique text
+    )
+    findings = check_source(text, "train.py").findings
+    assert [(f.line, f.column, f.name) for f in findings if f.name in ("cudnn-benchmark", "tf32")] == [
+        (2, 1, "cudnn-benchmark"), (4, 1, "cudnn-benchmark"), (6, 5, "tf32"), (7, 5, "tf32"), (8, 1, "tf32"),
+    ]

@@ -47,7 +47,7 @@ def _split_selectors(values: list[str]) -> list[str]:
 def run(args: argparse.Namespace) -> int:
     from detaudit.cli import UsageError
     from detaudit.static.checker import run_check
-    from detaudit.static.config import Config, ConfigError, find_pyproject, load_config, select_rules
+    from detaudit.static.config import Config, ConfigError, RuleSelection, find_pyproject, load_config
 
     paths = args.paths or [Path(".")]
     missing = [str(p) for p in paths if not p.exists()]
@@ -62,18 +62,18 @@ def run(args: argparse.Namespace) -> int:
     _load_ops_table_or_fail()
     select = _split_selectors(args.select) or config.select
     ignore = [*config.ignore, *_split_selectors(args.ignore)]
-    rules, selector_warnings = select_rules(select, ignore)
-    for warning in [*config.warnings, *selector_warnings]:
+    selection = RuleSelection(select, ignore)
+    for warning in [*config.warnings, *([] if selection.is_default else selection.warnings())]:
         print(f"detaudit: warning: {warning}", file=sys.stderr)
 
-    check = run_check(paths, config, rules, use_cache=not args.no_cache, jobs=args.jobs)
+    check = run_check(paths, config, selection, use_cache=not args.no_cache, jobs=args.jobs)
     for message in check.messages:
         print(f"detaudit: {message}", file=sys.stderr)
 
     if args.diff:
-        return _print_fix_diff(args, check, config, rules)
+        return _print_fix_diff(args, check, config, selection)
     if args.fix:
-        check = _apply_fixes(args, check, paths, config, rules)
+        check = _apply_fixes(args, check, paths, config, selection)
     if args.add_ignores:
         from detaudit.static.baseline import add_ignores
 
@@ -94,23 +94,25 @@ def _load_ops_table_or_fail() -> None:
     front, instead of letting the nondeterministic-op rule fail in every file."""
     import os
 
-    from detaudit.cli import UsageError
-    from detaudit.knowledge.ops import TABLE_ENV_VAR, OpsTableError, load_ops_table
-
-    if not os.environ.get(TABLE_ENV_VAR):
+    if not os.environ.get("DETAUDIT_OPS_TABLE"):  # knowledge.ops.TABLE_ENV_VAR, without importing it
         return  # the shipped table is validated by the test suite
+    from detaudit.cli import UsageError
+    from detaudit.knowledge.ops import OpsTableError, load_ops_table
+
     try:
         load_ops_table()
     except OpsTableError as error:
         raise UsageError(str(error)) from None
 
 
-def _print_fix_diff(args, check, config, rules) -> int:
+def _print_fix_diff(args, check, config, selection) -> int:
     """``--diff``: only the diff on stdout (so it pipes into ``git apply``); exit 1
     when there is something to fix, like ruff."""
     from detaudit.static.fix import apply_fixes
 
-    outcome = apply_fixes(check.results, paths=check.paths, rules=rules, config=config, unsafe=args.unsafe_fixes, write=False)
+    outcome = apply_fixes(
+        check.results, paths=check.paths, rules=selection.rules, config=config, unsafe=args.unsafe_fixes, write=False
+    )
     for error in outcome.errors:
         print(f"detaudit: {error}", file=sys.stderr)
     sys.stdout.write(outcome.diff)
@@ -118,15 +120,17 @@ def _print_fix_diff(args, check, config, rules) -> int:
     return 1 if outcome.fixed and not args.exit_zero else 0
 
 
-def _apply_fixes(args, check, paths, config, rules):
+def _apply_fixes(args, check, paths, config, selection):
     """``--fix``: write the fixes, then report what remains from a fresh check."""
     from detaudit.static.checker import run_check
     from detaudit.static.fix import apply_fixes
 
-    outcome = apply_fixes(check.results, paths=check.paths, rules=rules, config=config, unsafe=args.unsafe_fixes, write=True)
+    outcome = apply_fixes(
+        check.results, paths=check.paths, rules=selection.rules, config=config, unsafe=args.unsafe_fixes, write=True
+    )
     for error in outcome.errors:
         print(f"detaudit: {error}", file=sys.stderr)
-    rechecked = run_check(paths, config, rules, use_cache=not args.no_cache, jobs=args.jobs)
+    rechecked = run_check(paths, config, selection, use_cache=not args.no_cache, jobs=args.jobs)
     print(
         f"Fixed {outcome.fixed} finding{'s' if outcome.fixed != 1 else ''}; {len(rechecked.findings)} remaining.",
         file=sys.stderr,
@@ -138,7 +142,6 @@ def _write_report(args: argparse.Namespace, check) -> None:
     from detaudit.report.github import github_annotations
     from detaudit.report.jsonout import check_report
     from detaudit.report.sarif import to_sarif
-    from detaudit.static.rule import all_rules
 
     stream = args.output.open("w", encoding="utf-8") if args.output else sys.stdout
     try:
@@ -153,7 +156,9 @@ def _write_report(args: argparse.Namespace, check) -> None:
             json.dump(report, stream, indent=2)
             stream.write("\n")
         elif args.format == "sarif":
-            json.dump(to_sarif(check.findings, all_rules()), stream, indent=2)
+            from detaudit.static.rule import all_rules
+
+            json.dump(to_sarif(check.findings, all_rules() if check.findings else []), stream, indent=2)
             stream.write("\n")
         elif args.format == "github":
             stream.write(github_annotations(check.findings))

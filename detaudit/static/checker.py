@@ -2,17 +2,15 @@
 
 from __future__ import annotations
 
-import multiprocessing
 import os
 import sys
 import time
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from detaudit.findings import Finding
 from detaudit.static.cache import ResultCache, content_hash
-from detaudit.static.config import Config, filter_findings
+from detaudit.static.config import Config, RuleSelection, filter_findings
 from detaudit.static.discovery import discover, display_path, project_root_of
 from detaudit.static.engine import FileResult, check_file
 
@@ -34,7 +32,9 @@ class CheckRun:
         return len(self.results)
 
 
-def run_check(paths: list[Path], config: Config, rules: list, *, use_cache: bool = True, jobs: int | None = None) -> CheckRun:
+def run_check(
+    paths: list[Path], config: Config, selection: RuleSelection, *, use_cache: bool = True, jobs: int | None = None
+) -> CheckRun:
     started = time.perf_counter()
     root = config.root or Path.cwd()
     files = list(dict.fromkeys(discover(paths, config.exclude, root)))
@@ -64,13 +64,15 @@ def run_check(paths: list[Path], config: Config, rules: list, *, use_cache: bool
         cache.save()
 
     ordered = [results[path] for path in files]
-    enabled = {rule.code for rule in rules}
-    findings = filter_findings([f for r in ordered for f in r.findings], enabled, config)
-    suppressed = filter_findings([f for r in ordered for f in r.suppressed], enabled, config)
+    reported = [f for r in ordered for f in r.findings]
+    suppressed = [f for r in ordered for f in r.suppressed]
+    if reported or suppressed:  # resolving the selection imports the rules (and libcst)
+        reported = filter_findings(reported, selection.codes, config)
+        suppressed = filter_findings(suppressed, selection.codes, config)
     messages = [m for r in ordered for m in r.messages]
     return CheckRun(
         results=ordered,
-        findings=sorted(findings, key=Finding.sort_key),
+        findings=sorted(reported, key=Finding.sort_key),
         suppressed=sorted(suppressed, key=Finding.sort_key),
         messages=messages,
         elapsed=time.perf_counter() - started,
@@ -87,6 +89,9 @@ def _check_all(pending: list, jobs: int | None) -> list[FileResult]:
     workers = jobs or os.cpu_count() or 1
     if workers <= 1 or len(pending) < MIN_FILES_FOR_POOL:
         return [_check_one(job) for job in pending]
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
     # fork shares the already-imported libcst with the workers (no re-import cost)
     context = multiprocessing.get_context("fork" if sys.platform.startswith("linux") else None)
     import libcst  # noqa: F401  (imported before forking, on purpose)

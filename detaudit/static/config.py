@@ -8,6 +8,7 @@ a config written for a newer detaudit must not break an older one.
 from __future__ import annotations
 
 import fnmatch
+import functools
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -115,6 +116,8 @@ def ignored_for_file(config: Config, display_path: str) -> list[str]:
 
 def filter_findings(findings: list[Finding], enabled_codes: set[str], config: Config) -> list[Finding]:
     """Keep findings of enabled rules that no per-file-ignores entry removes."""
+    if not findings:
+        return []
     from detaudit.static.rule import find_rule, matches_selector
 
     kept = []
@@ -129,20 +132,43 @@ def filter_findings(findings: list[Finding], enabled_codes: set[str], config: Co
     return kept
 
 
-def select_rules(select: list[str], ignore: list[str]) -> tuple[list, list[str]]:
-    """The rules that ``select`` enables and ``ignore`` does not, and one warning
-    per selector that names no rule."""
-    from detaudit.static.rule import all_rules, matches_selector
+class RuleSelection:
+    """Which rules a run reports (``select`` minus ``ignore``).
 
-    rules = all_rules()
-    warnings = [
-        f"unknown rule selector {selector!r} ignored"
-        for selector in (*select, *ignore)
-        if not any(matches_selector(rule, selector) for rule in rules)
-    ]
-    chosen = [
-        rule
-        for rule in rules
-        if any(matches_selector(rule, s) for s in select) and not any(matches_selector(rule, s) for s in ignore)
-    ]
-    return chosen, warnings
+    Resolved on first use: the rule registry imports libcst, which a run whose
+    files need no parse (a pre-commit hook on a file without torch) never pays for.
+    """
+
+    def __init__(self, select: list[str], ignore: list[str]) -> None:
+        self.select = select
+        self.ignore = ignore
+
+    @property
+    def is_default(self) -> bool:
+        return [s.upper() for s in self.select] == ["ALL"] and not self.ignore
+
+    @functools.cached_property
+    def rules(self) -> list:
+        from detaudit.static.rule import all_rules, matches_selector
+
+        return [
+            rule
+            for rule in all_rules()
+            if any(matches_selector(rule, s) for s in self.select)
+            and not any(matches_selector(rule, s) for s in self.ignore)
+        ]
+
+    @functools.cached_property
+    def codes(self) -> set[str]:
+        return {rule.code for rule in self.rules}
+
+    def warnings(self) -> list[str]:
+        """One warning per selector that names no rule."""
+        from detaudit.static.rule import all_rules, matches_selector
+
+        rules = all_rules()
+        return [
+            f"unknown rule selector {selector!r} ignored"
+            for selector in (*self.select, *self.ignore)
+            if not any(matches_selector(rule, selector) for rule in rules)
+        ]

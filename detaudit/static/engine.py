@@ -133,6 +133,7 @@ def _check_unit(
     import libcst as cst
 
     from detaudit.static.facts import FactCollector, FileFacts
+    from detaudit.static.walk import walk
     from detaudit.static.rule import all_rules
     from detaudit.static.rules.parse_error import ParseError
 
@@ -153,7 +154,7 @@ def _check_unit(
     instances = [rule(context) for rule in (rules if rules is not None else all_rules())]
     walkers = [FactCollector(facts, module), *(r for r in instances if r.has_visitors())]
     try:
-        cst.visit_batched(module, walkers)
+        walk(module, walkers)
     except RecursionError:
         result.messages.append(f"{display_path}: too deeply nested to analyse; skipped")
         return result, None
@@ -203,26 +204,56 @@ def _span_from_text(module: "cst.Module", text: str, node: "cst.CSTNode") -> _Sp
     offset = text.find(snippet)
     if offset < 0 or text.find(snippet, offset + 1) >= 0:
         return None
+    return _span_at(text, offset, snippet)
+
+
+def _span_in_statement(module: "cst.Module", text: str, node: "cst.CSTNode", statement_of: dict[int, int]) -> _Span | None:
+    """For a node whose text repeats in the file: find it within its top-level
+    statement, whose offset is the length of the code before it."""
+    index = statement_of.get(id(node))
+    if index is None:
+        return None
+    statement_code = module.code_for_node(module.body[index])
+    snippet = module.code_for_node(node).strip()
+    local = statement_code.find(snippet)
+    if not snippet or local < 0 or statement_code.find(snippet, local + 1) >= 0:
+        return None
+    before = "".join(module.code_for_node(line) for line in module.header)
+    before += "".join(module.code_for_node(statement) for statement in module.body[:index])
+    offset = len(before) + local
+    if text[offset : offset + len(snippet)] != snippet:
+        return None
+    return _span_at(text, offset, snippet)
+
+
+def _span_at(text: str, offset: int, snippet: str) -> _Span:
     end = offset + len(snippet)
     start_line = text.count("\n", 0, offset) + 1
-    end_line = start_line + snippet.count("\n")
     return _Span(
         start_line,
         offset - (text.rfind("\n", 0, offset) + 1),
-        end_line,
+        start_line + snippet.count("\n"),
         end - (text.rfind("\n", 0, end) + 1),
     )
 
 
 def _spans(context: FileContext) -> dict[int, _Span]:
-    """Positions of every reported node, by id."""
+    """Positions of every reported node, by id: by unique text, else by unique
+    text within the node's top-level statement, else libcst's PositionProvider."""
+    from detaudit.static.walk import iter_nodes
+
     module, text = context.module, context.source.text
     spans: dict[int, _Span] = {}
+    statement_of: dict[int, int] | None = None
     unresolved = []
     for hit in context.hits:
         if id(hit.node) in spans:
             continue
         span = _span_from_text(module, text, hit.node)
+        if span is None:
+            if statement_of is None:
+                statement_of = {id(n): i for i, statement in enumerate(module.body) for n in iter_nodes(statement)}
+            span = _span_in_statement(module, text, hit.node, statement_of)
         if span is None:
             unresolved.append(hit.node)
         else:

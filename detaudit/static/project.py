@@ -54,6 +54,7 @@ from detaudit.knowledge.apis import (
 from detaudit.static.facts import CallFact, FactCollector, FileFacts, StaticValue
 from detaudit.static.names import dotted_name
 from detaudit.static.sources import MAX_FILE_BYTES, UnreadableSource, decode_python
+from detaudit.static.walk import walk
 
 #: Nested helpers deeper than this are not followed (re-export chains, call chains).
 MAX_DEPTH = 12
@@ -463,7 +464,7 @@ class ProjectIndex:
                 return None
             module = cst.parse_module(decode_python(data))
             facts = FileFacts()
-            cst.visit_batched(module, [FactCollector(facts, module)])
+            walk(module, [FactCollector(facts, module)])
         except (OSError, UnreadableSource, cst.ParserSyntaxError, RecursionError, ValueError):
             return None
         return ModuleSummary(facts, path, digest, self)
