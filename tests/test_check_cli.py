@@ -311,3 +311,43 @@ def test_repeated_code_is_located_at_each_occurrence():
     assert [(f.line, f.column, f.name) for f in findings if f.name in ("cudnn-benchmark", "tf32")] == [
         (2, 1, "cudnn-benchmark"), (4, 1, "cudnn-benchmark"), (6, 5, "tf32"), (7, 5, "tf32"), (8, 1, "tf32"),
     ]
+
+
+def test_multi_line_node_in_an_indented_block_is_located():
+    from detaudit.static.engine import check_source
+
+    text = (
+        "import torch\n"
+        "def configure():\n"
+        "    setattr(\n"
+        "        torch.backends.cudnn,\n"
+        "        'benchmark',\n"
+        "        True,\n"
+        "    )\n"
+    )
+    (finding,) = [f for f in check_source(text, "train.py").findings if f.name == "cudnn-benchmark"]
+    assert (finding.line, finding.column, finding.end_line, finding.end_column) == (3, 5, 7, 6)
+
+
+def test_fast_node_location_agrees_with_libcst_positions():
+    """The engine locates reported nodes by their text; over every fixture, each
+    location must equal libcst's PositionProvider's (the slow, exact answer)."""
+    from libcst.metadata import MetadataWrapper, PositionProvider
+
+    from detaudit.static.engine import _spans, analyse_source
+
+    compared = 0
+    for path in sorted((REPO / "fixtures").rglob("*.py")):
+        _, context = analyse_source(path.read_text(encoding="utf-8"), path, project_root=path.parent)
+        if context is None or not context.hits:
+            continue
+        fast = _spans(context)
+        exact = MetadataWrapper(context.module, unsafe_skip_copy=True).resolve(PositionProvider)
+        for hit in context.hits:
+            p = exact[hit.node]
+            span = fast[id(hit.node)]
+            assert (span.start_line, span.start_column, span.end_line, span.end_column) == (
+                p.start.line, p.start.column, p.end.line, p.end.column,
+            ), f"{path}: {type(hit.node).__name__} at line {p.start.line}"
+            compared += 1
+    assert compared > 50

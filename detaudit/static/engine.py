@@ -189,6 +189,42 @@ class _Span:
     end_column: int
 
 
+def _find_unique(haystack: str, snippet: str) -> tuple[int, int] | None:
+    """(start, end) offsets of the only occurrence of a node's code in ``haystack``.
+
+    A multi-line node inside an indented block is printed by libcst without the
+    block's indentation on its continuation lines, so such a node is found by
+    its first line (which is exact) and ends on the line its last line ends."""
+    offset = haystack.find(snippet)
+    if offset >= 0:
+        return (offset, offset + len(snippet)) if haystack.find(snippet, offset + 1) < 0 else None
+    if "\n" not in snippet:
+        return None
+    lines = snippet.split("\n")
+    offset = haystack.find(lines[0])
+    if offset < 0 or haystack.find(lines[0], offset + 1) >= 0:
+        return None
+    last_line_start = offset
+    for _ in range(len(lines) - 1):
+        last_line_start = haystack.find("\n", last_line_start) + 1
+        if last_line_start == 0:
+            return None
+    last_line_end = haystack.find("\n", last_line_start)
+    last = lines[-1].strip()
+    end = haystack.rfind(last, last_line_start, len(haystack) if last_line_end < 0 else last_line_end)
+    return (offset, end + len(last)) if last and end >= 0 else None
+
+
+def _span_at(text: str, start: int, end: int) -> _Span:
+    start_line = text.count("\n", 0, start) + 1
+    return _Span(
+        start_line,
+        start - (text.rfind("\n", 0, start) + 1),
+        start_line + text.count("\n", start, end),
+        end - (text.rfind("\n", 0, end) + 1),
+    )
+
+
 def _span_from_text(module: "cst.Module", text: str, node: "cst.CSTNode") -> _Span | None:
     """Locate ``node`` by its own source text, which libcst reproduces exactly.
 
@@ -197,44 +233,27 @@ def _span_from_text(module: "cst.Module", text: str, node: "cst.CSTNode") -> _Sp
     position-tracking codegen of the module (about twice the parse) for
     libcst's PositionProvider, which stays the fallback for ambiguous nodes.
     """
-    snippet = module.code_for_node(node)
-    snippet = snippet.strip()
-    if not snippet:
-        return None
-    offset = text.find(snippet)
-    if offset < 0 or text.find(snippet, offset + 1) >= 0:
-        return None
-    return _span_at(text, offset, snippet)
+    snippet = module.code_for_node(node).strip()
+    found = _find_unique(text, snippet) if snippet else None
+    return _span_at(text, *found) if found else None
 
 
 def _span_in_statement(module: "cst.Module", text: str, node: "cst.CSTNode", statement_of: dict[int, int]) -> _Span | None:
     """For a node whose text repeats in the file: find it within its top-level
     statement, whose offset is the length of the code before it."""
     index = statement_of.get(id(node))
-    if index is None:
-        return None
-    statement_code = module.code_for_node(module.body[index])
     snippet = module.code_for_node(node).strip()
-    local = statement_code.find(snippet)
-    if not snippet or local < 0 or statement_code.find(snippet, local + 1) >= 0:
+    if index is None or not snippet:
+        return None
+    found = _find_unique(module.code_for_node(module.body[index]), snippet)
+    if found is None:
         return None
     before = "".join(module.code_for_node(line) for line in module.header)
     before += "".join(module.code_for_node(statement) for statement in module.body[:index])
-    offset = len(before) + local
-    if text[offset : offset + len(snippet)] != snippet:
+    start, end = len(before) + found[0], len(before) + found[1]
+    if not text.startswith(snippet.split("\n", 1)[0], start):
         return None
-    return _span_at(text, offset, snippet)
-
-
-def _span_at(text: str, offset: int, snippet: str) -> _Span:
-    end = offset + len(snippet)
-    start_line = text.count("\n", 0, offset) + 1
-    return _Span(
-        start_line,
-        offset - (text.rfind("\n", 0, offset) + 1),
-        start_line + snippet.count("\n"),
-        end - (text.rfind("\n", 0, end) + 1),
-    )
+    return _span_at(text, start, end)
 
 
 def _spans(context: FileContext) -> dict[int, _Span]:
