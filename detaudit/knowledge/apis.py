@@ -42,8 +42,6 @@ SEEDING_FUNCTIONS: dict[str, frozenset[str]] = {
             "mmengine.runner.set_random_seed",
             "torch_geometric.seed_everything",
             "torch_geometric.seed.seed_everything",
-            "torch_geometric.seed_everything",
-            "torch_geometric.seed.seed_everything",
             "detaudit.seed_everything",
             "detaudit.runtime.seeding.seed_everything",
         )
