@@ -24,12 +24,6 @@ from pathlib import Path
 
 from detaudit.dynamic.tracer import (
     ARGS,
-    RNG_BEFORE_OP,
-    RNG_CALL,
-    RNG_LINE,
-    RNG_PATH,
-    RNG_STATE,
-    RNG_STEP,
     INPUTS,
     LEAVES,
     LINE,
@@ -39,6 +33,12 @@ from detaudit.dynamic.tracer import (
     OUTPUTS,
     PATH,
     PHASE,
+    RNG_BEFORE_OP,
+    RNG_CALL,
+    RNG_LINE,
+    RNG_PATH,
+    RNG_STATE,
+    RNG_STEP,
     SEEDED,
     STEP,
     UNINIT,
@@ -153,7 +153,9 @@ def _control_flow(index: int, reference: list, other: list) -> CauseAt:
     )
 
 
-def _classify(trace, other, record, index, inputs_differ, outputs_differ, args_differ, differing_records) -> CauseAt | None:
+def _classify(
+    trace, other, record, index, inputs_differ, outputs_differ, args_differ, differing_records
+) -> CauseAt | None:
     leaves = {position: (kind, origin) for position, kind, origin in record[LEAVES]}
     for position in inputs_differ:
         kind, origin = leaves.get(position, ("op", None))
