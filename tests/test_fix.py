@@ -52,7 +52,7 @@ def _fixed_examples():
                 yield pytest.param(rule, example, id=f"{rule.name}-invalid-{index}")
 
 
-@pytest.mark.parametrize(("rule", "example"), _fixed_examples())
+@pytest.mark.parametrize(("rule", "example"), list(_fixed_examples()))
 def test_rule_fix_gives_the_documented_code(tmp_path, rule, example):
     """``Invalid(fixed=...)`` is the code after ``--fix --unsafe-fixes`` with only that rule selected."""
     path = write(tmp_path / "train.py", textwrap.dedent(example.code))
@@ -81,7 +81,7 @@ def _fix_pairs():
         yield pytest.param(original, id=original.stem)
 
 
-@pytest.mark.parametrize("original", _fix_pairs())
+@pytest.mark.parametrize("original", list(_fix_pairs()))
 def test_fix_fixture_becomes_its_fixed_version(tmp_path, original):
     """``X.py`` becomes ``X.fixed.py`` with ``--unsafe-fixes`` and ``X.safe_fixed.py``
     with safe fixes only (unchanged when there is no such file)."""
@@ -121,7 +121,7 @@ def fixture_copy(tmp_path_factory) -> Path:
     return copy
 
 
-@pytest.mark.parametrize("relative", _fixture_files(), ids=str)
+@pytest.mark.parametrize("relative", list(_fixture_files()), ids=str)
 def test_fixture_fixes_cleanly_and_only_where_reported(fixture_copy, relative):
     path = fixture_copy / relative
     before_text = path.read_text(encoding="utf-8")

@@ -23,12 +23,12 @@ def _findings_of(rule, code: str):
     return [f for f in result.findings if f.code == rule.code]
 
 
-@pytest.mark.parametrize(("rule", "example"), _cases("VALID"))
+@pytest.mark.parametrize(("rule", "example"), list(_cases("VALID")))
 def test_valid_example_is_not_reported(rule, example):
     assert _findings_of(rule, example) == []
 
 
-@pytest.mark.parametrize(("rule", "example"), _cases("INVALID"))
+@pytest.mark.parametrize(("rule", "example"), list(_cases("INVALID")))
 def test_invalid_example_is_reported(rule, example):
     findings = _findings_of(rule, example.code)
     assert findings, f"{rule.name} did not report:\n{example.code}"
