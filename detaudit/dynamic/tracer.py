@@ -20,7 +20,8 @@ computed on the device and staged there until ``flush()``, called once per
 optimizer step: no per-op host sync.  Inputs are mostly earlier outputs: they
 are looked up by storage, layout and version counter instead of being hashed
 again; only leaves are hashed.  Outputs of allocation ops and of view ops are
-not hashed (garbage, respectively an alias of something hashed).
+not hashed (garbage, respectively an alias of something hashed: a view as large
+as its input takes over the input's digest, a smaller one is hashed if read).
 
 Calls that change the torch generator state (``torch.seed()``,
 ``torch.manual_seed``, ``torch.set_rng_state``..., named by the knowledge base)
@@ -401,12 +402,13 @@ class OpTracer:
             self._remember(tensor, storage, UNINIT)
             return UNINIT
         if info.is_view and not written:
-            # A view that reads all of its input (t, permute, view, expand,
-            # detach) is a function of that input and of the view op's
-            # arguments, which are compared in this record: its readers can
-            # use the input's digest instead of copying a strided view to hash
-            # it.  A partial view (slice, select) is hashed when read, so a
-            # reader is not blamed for a difference elsewhere in the input.
+            # A view is a function of its input and of the view op's
+            # arguments, which are compared in this record: when it is at
+            # least as large as its input (t, permute, view, expand, detach:
+            # it reads all of it), its readers use the input's digest instead
+            # of copying a strided view to hash it.  A smaller view (slice,
+            # select) is hashed when read, so that a reader is not blamed for
+            # a difference elsewhere in the input.
             # (A view gets its input's version counter above this mode, after
             # it returns: here it still has a fresh one.)
             if view_of is not None and tensor.numel() >= view_of[0].numel():
