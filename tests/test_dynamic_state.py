@@ -99,3 +99,17 @@ def test_reading_a_transposed_or_expanded_view_reuses_its_inputs_digest():
         weight.sum(0).expand(5, 4).sum()
     # weight, data and mm's output; weight.sum(0) and the final sum: nothing for the views
     assert len(tracer.trace_data()["digests"]) == 5
+
+
+def test_tracer_forgets_freed_storages_and_restores_the_garbage_collector():
+    import gc
+
+    values = torch.ones(4)
+    tracer = OpTracer()
+    with tracer:
+        assert gc.get_freeze_count() > 0  # what existed before tracing is not walked by collections
+        for _ in range(6000):
+            values = values + 1  # a new storage per op; the previous one is freed
+    assert gc.get_freeze_count() == 0
+    assert len(tracer.records) == 6000
+    assert len(tracer._tensor_digest) + len(tracer._storage_origin) <= 2 * 4096  # not one entry per op

@@ -32,6 +32,7 @@ RNG root cause can say where the state came to differ.
 from __future__ import annotations
 
 import functools
+import gc
 import importlib
 import json
 import os
@@ -54,6 +55,7 @@ ALLOCATION_OPS = frozenset({"empty", "empty_like", "empty_strided", "new_empty",
 _UNTRACED_NAMESPACES = frozenset({"profiler"})  # record_function markers: no data
 UNINIT = -1  # digest id of an allocation op's output: equal in every run on purpose
 _STAGE_LIMIT = 8192  # flush early when this many digests wait on the device
+_MIN_FORGET_AT = 4096  # entries in the storage tables before freed storages are first dropped
 _WEIGHT_MULTIPLIER = 0x9E3779B97F4A7C15 - (1 << 64)  # golden-ratio constant as a signed int64
 _INT_OF_SIZE = {1: torch.int8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
 _PLAIN_ARG_TYPES = (int, float, bool, str, complex, type(None), torch.dtype, torch.device, torch.layout, torch.memory_format)
@@ -78,7 +80,7 @@ _RNG_STATE_SETTERS = tuple(
     )
 )
 
-# fields of one record (a list, so the trace stays compact JSON)
+# fields of one record (a flat tuple, so the trace stays compact JSON)
 OP, PHASE, PATH, LINE, MODULE, STEP, OUT_META, ARGS, INPUTS, OUTPUTS, LEAVES, SEEDED = range(12)
 # fields of one RNG state change: the function, where it was called, the step,
 # how many ops were recorded before it, and a digest of the state it left
@@ -191,16 +193,18 @@ class _OpRecorder(TorchDispatchMode):
 
 class OpTracer:
     def __init__(self, capture_ops=()):
-        self.records: list[list] = []
+        self.records: list[tuple] = []
         self.digests: list[int] = []  # host digests; a digest id indexes this list once flushed
         self._staged: list[torch.Tensor | int] = []
         self._tensor_digest: dict[tuple, tuple] = {}  # layout key -> (storage ref, version, digest id)
         self._storage_origin: dict[int, tuple] = {}  # id(storage) -> (storage ref, ("op"|"alloc"|"external", record))
+        self._forget_at = _MIN_FORGET_AT  # table size at which entries of freed storages are dropped
+        self._froze_gc = False
         self._forward_sites: dict[int, tuple] = {}  # grad_fn sequence nr -> (file, line, module)
         self._op_info: dict = {}
         self._out_meta: dict[tuple, str] = {}  # (dtype, shape) -> "float32[2, 3]"
         self._weights: dict[tuple, torch.Tensor] = {}  # (device, int dtype) -> position weights
-        self.rng_events: list[list] = []  # calls that set the generator state (RNG_* fields)
+        self.rng_events: list[tuple] = []  # calls that set the generator state (RNG_* fields)
         self._in_rng_setter = False  # torch.manual_seed calls torch.cuda.manual_seed_all: record the outer call
         self._patched_setters: list[tuple] = []  # (module, attribute, original function)
         self.capture_ops = set(capture_ops)
@@ -213,6 +217,14 @@ class OpTracer:
         self.watcher = watcher
 
     def __enter__(self):
+        # A full garbage collection walks every object torch and dynamo
+        # created (80-150 ms here), and the objects the tracer keeps per op
+        # trigger one every few thousand ops: freeze what exists now so
+        # collections only walk what was made while tracing.  (Unless the
+        # program froze objects itself: then its choice stands.)
+        self._froze_gc = gc.get_freeze_count() == 0
+        if self._froze_gc:
+            gc.freeze()
         self._patch_rng_setters()
         for mode in self._modes:
             mode.__enter__()
@@ -222,6 +234,8 @@ class OpTracer:
         for mode in reversed(self._modes):
             mode.__exit__(*exc_info)
         self._unpatch_rng_setters()
+        if self._froze_gc:
+            gc.unfreeze()
         self.flush()
 
     # -- generator state changes -------------------------------------------
@@ -264,14 +278,14 @@ class OpTracer:
         finally:
             self.paused = False
         self.rng_events.append(
-            [
+            (
                 name,
                 frame.f_code.co_filename if frame else "",
                 frame.f_lineno if frame else 0,
                 self.watcher.steps + 1 if self.watcher else 1,
                 len(self.records),
                 state,
-            ]
+            )
         )
 
     # -- attribution -------------------------------------------------------
@@ -379,6 +393,13 @@ class OpTracer:
         self._storage_origin[id(storage)] = (weakref.ref(storage), origin)
         return origin
 
+    def _forget_dead_storages(self) -> None:
+        """Drop what is known about storages that were freed (they can never
+        match again); called when the tables have doubled, so amortized O(1)."""
+        self._tensor_digest = {key: entry for key, entry in self._tensor_digest.items() if entry[0]() is not None}
+        self._storage_origin = {key: entry for key, entry in self._storage_origin.items() if entry[0]() is not None}
+        self._forget_at = max(_MIN_FORGET_AT, 2 * (len(self._tensor_digest) + len(self._storage_origin)))
+
     def _remember(
         self, tensor: torch.Tensor, storage, digest_id: int, written: bool = False, version: int | None = None
     ) -> None:
@@ -387,6 +408,8 @@ class OpTracer:
         version = tensor._version if version is None else version
         versions = (version, version + 1) if written else (version,)
         self._tensor_digest[self._layout_key(tensor, storage)] = (weakref.ref(storage), versions, digest_id)
+        if len(self._tensor_digest) + len(self._storage_origin) > self._forget_at:
+            self._forget_dead_storages()
 
     def _output_ref(
         self, tensor: torch.Tensor, info: _OpInfo, record_index: int, written: bool, view_of: tuple | None
@@ -443,7 +466,7 @@ class OpTracer:
             if isinstance(value, torch.Tensor):
                 digest_id, origin = self._input_ref(value, record_index)
                 if origin is not None:
-                    leaves.append([len(inputs), *origin])
+                    leaves.append((len(inputs), *origin))
                 if not inputs and info.is_view:
                     view_of = (value, digest_id)
                 inputs.append(digest_id)
@@ -465,9 +488,12 @@ class OpTracer:
         out_tensors = list({id(t): t for t in [*flat_result, *written] if isinstance(t, torch.Tensor)}.values())
         written_ids = {id(t) for t in written}
         outputs = [self._output_ref(t, info, record_index, id(t) in written_ids, view_of) for t in out_tensors]
-        out_meta = [self._meta(v) if isinstance(v, torch.Tensor) else _plain(v) for v in flat_result]
+        out_meta = tuple(self._meta(v) if isinstance(v, torch.Tensor) else _plain(v) for v in flat_result)
+        # A tuple of atomic values and tuples: the garbage collector stops
+        # tracking it, so full collections do not walk the whole trace (with
+        # lists they cost more than the tracing itself on small ops).
         self.records.append(
-            [
+            (
                 info.name,
                 phase,
                 filename,
@@ -476,11 +502,11 @@ class OpTracer:
                 self.watcher.steps + 1 if self.watcher else 1,
                 out_meta,
                 zlib.crc32("\x1f".join(plain).encode()),
-                inputs,
-                [o for o in outputs if o is not None],
-                leaves,
+                tuple(inputs),
+                tuple(o for o in outputs if o is not None),
+                tuple(leaves),
                 info.is_seeded,
-            ]
+            )
         )
         if capture:
             self.captured[record_index] = {
@@ -503,11 +529,13 @@ class OpTracer:
         def relative(filename: str) -> str:
             return os.path.relpath(filename, cwd) if filename.startswith(cwd + os.sep) else filename
 
-        for record in self.records:
-            record[PATH] = relative(record[PATH])
-        for event in self.rng_events:
-            event[RNG_PATH] = relative(event[RNG_PATH])
-        return {"ops": self.records, "digests": self.digests, "rng_events": self.rng_events}
+        return {
+            "ops": [(*record[:PATH], relative(record[PATH]), *record[PATH + 1 :]) for record in self.records],
+            "digests": self.digests,
+            "rng_events": [
+                (*event[:RNG_PATH], relative(event[RNG_PATH]), *event[RNG_PATH + 1 :]) for event in self.rng_events
+            ],
+        }
 
     def save(self, output_dir: Path) -> dict:
         """Write trace.json (and capture.pt); returns their paths for the payload."""
