@@ -53,9 +53,9 @@ CONTROL_FLOW = "control-flow"
 
 @dataclass
 class Trace:
-    ops: list[list]
+    ops: list[tuple | list]  # records (tracer field order): tuples in-process, lists read back from JSON
     digests: list[int]
-    rng_events: list[list] = field(default_factory=list)  # generator state changes (tracer RNG_* fields)
+    rng_events: list[tuple | list] = field(default_factory=list)  # generator state changes (tracer RNG_* fields)
 
     @classmethod
     def load(cls, path: str | Path) -> "Trace":
