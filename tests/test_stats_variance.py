@@ -103,11 +103,30 @@ def test_ctrl_c_stops_running_scripts_at_once(tmp_path):
         [sys.executable, "-m", "detaudit", "variance", str(hang), "--runs", "2", "--jobs", "2", "--out", str(tmp_path / "s")],
         cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(repo)}, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
     )
-    time.sleep(6)  # both runs are hanging by now
+    children: list[int] = []
+    deadline = time.monotonic() + 120
+    while len(children) < 2 and time.monotonic() < deadline:  # both runs started (slow on a loaded machine)
+        time.sleep(0.2)
+        listed = subprocess.run(["pgrep", "-P", str(process.pid)], capture_output=True, text=True).stdout
+        children = [int(pid) for pid in listed.split()]
+    assert len(children) == 2, "the two runs never started"
+    time.sleep(1)  # let them reach the hang
     process.send_signal(signal.SIGINT)
     interrupted = time.monotonic()
-    output, _ = process.communicate(timeout=60)
+    try:
+        output, _ = process.communicate(timeout=60)
+    finally:  # never leave hanging processes behind, even when the test fails
+        process.kill()
+        for pid in children:
+            try:
+                os.killpg(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
     assert process.returncode == 130, output
     assert time.monotonic() - interrupted < 20, "the hanging runs were waited for instead of killed"
-    leftovers = subprocess.run(["pgrep", "-f", str(hang)], capture_output=True, text=True)
-    assert leftovers.stdout.strip() == ""
+    for pid in children:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            continue
+        raise AssertionError(f"run process {pid} survived Ctrl-C")

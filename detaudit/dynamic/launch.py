@@ -19,6 +19,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Sequence
@@ -81,6 +82,7 @@ def run_script(
     options: LaunchOptions | None = None,
     timeout: float | None = None,
     cwd: str | os.PathLike | None = None,
+    cancel: threading.Event | None = None,
 ) -> ScriptResult:
     """Run ``script`` once in a fresh interpreter under the bootstrap."""
     options = options or LaunchOptions()
@@ -119,6 +121,9 @@ def run_script(
     )
     timed_out = False
     _RUNNING.add(process)
+    if cancel is not None and cancel.is_set():
+        # cancelled while this run was starting: terminate_all may have missed it
+        _kill_group(process)
     try:
         stdout, stderr = process.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
@@ -144,6 +149,8 @@ def run_script(
 def terminate_all() -> None:
     """Kill every script still running under ``run_script``, in any thread.
 
+    Set the ``cancel`` event given to ``run_script`` first: a run that is
+    being started while this runs then kills itself.
     Ctrl-C reaches only the main thread; runs waiting in worker threads (the
     statistics runner's pool) would otherwise go on to their end."""
     for process in list(_RUNNING):

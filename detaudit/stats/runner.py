@@ -39,7 +39,7 @@ def default_jobs(gpus: int, threads_per_run: int | None) -> int:
     return max(1, cores // threads_per_run) if threads_per_run else 1
 
 
-def launch(script: str, script_args, folder: Path, options, timeout: float | None):
+def launch(script: str, script_args, folder: Path, options, timeout: float | None, cancel: threading.Event | None = None):
     """One run of the user's script with its own folder for what it logs:
     ``options`` is a ``LaunchOptions``; returns (ScriptResult, RunOutputs)."""
     from detaudit.dynamic.launch import run_script
@@ -48,7 +48,7 @@ def launch(script: str, script_args, folder: Path, options, timeout: float | Non
     folder.mkdir(parents=True)
     options.extra_env = {**options.extra_env, STATS_DIR_ENV: str(folder.resolve())}
     options.output_dir = folder / "launch"
-    result = run_script(script, script_args, options=options, timeout=timeout)
+    result = run_script(script, script_args, options=options, timeout=timeout, cancel=cancel)
     outputs = read_run_outputs(folder, result.stdout)
     return result, outputs
 
@@ -65,7 +65,7 @@ def run_status(result, outputs, *, require_metrics: bool = True) -> str:
     return "ok"
 
 
-def _run_once(study: Study, run: PlannedRun, gpu: int | None, timeout: float | None) -> RunRecord:
+def _run_once(study: Study, run: PlannedRun, gpu: int | None, timeout: float | None, cancel: threading.Event) -> RunRecord:
     from detaudit.dynamic.launch import LaunchOptions
 
     settings = study.settings
@@ -79,7 +79,7 @@ def _run_once(study: Study, run: PlannedRun, gpu: int | None, timeout: float | N
         record_environment=True,
     )
     started = time.monotonic()
-    result, outputs = launch(settings.script, settings.script_args, study.run_folder(run), options, timeout)
+    result, outputs = launch(settings.script, settings.script_args, study.run_folder(run), options, timeout, cancel)
     status = run_status(result, outputs)
     return RunRecord(
         arm=run.arm,
@@ -127,7 +127,7 @@ def execute(
                 return None
             slot = free_slots.pop()
             try:
-                record = _run_once(study, run, slot % gpus if gpus > 1 else None, timeout)
+                record = _run_once(study, run, slot % gpus if gpus > 1 else None, timeout, stopping)
             finally:
                 free_slots.append(slot)
             if record.ok:
