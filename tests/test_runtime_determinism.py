@@ -18,7 +18,7 @@ import torch._inductor.config  # noqa: F401  torch.use_deterministic_algorithms 
 # importing it first keeps the fingerprint's keys the same before and after
 
 import detaudit
-from detaudit.runtime.determinism import DeterminismChanges, tf32_switches
+from detaudit.runtime.determinism import tf32_switches
 from detaudit.runtime.environment import fingerprint, version_tuple
 
 REPO = Path(__file__).resolve().parents[1]

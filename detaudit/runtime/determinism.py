@@ -162,11 +162,7 @@ def determinism_switches(torch: Any, *, strict: bool, notes: list[str]) -> list[
 
 
 def has_fp32_precision_api(torch: Any) -> bool:
-    try:
-        torch.backends.cuda.matmul.fp32_precision
-    except AttributeError:
-        return False
-    return True
+    return hasattr(torch.backends.cuda.matmul, "fp32_precision")
 
 
 def tf32_switches(torch: Any, *, use_fp32_precision_api: bool) -> list[Switch]:

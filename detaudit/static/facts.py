@@ -16,7 +16,7 @@ from typing import Any, Iterator
 import libcst as cst
 
 from detaudit.knowledge.apis import BACKEND_FLAGS_PARAMETERS
-from detaudit.static.names import NameTable, dotted_name
+from detaudit.static.names import NameTable
 
 
 @dataclass(frozen=True)
