@@ -1,9 +1,14 @@
 """The statistics core against values computed by hand (closed forms and
-published t-table values), no scipy."""
+published t-table values): scipy computes them, these tests check that it is
+asked the right question, and that degenerate data gets exact answers."""
 
 from __future__ import annotations
 
 import math
+import subprocess
+import sys
+import warnings
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -19,7 +24,6 @@ from detaudit.stats.numerics import (
     relative_l2_distance,
     sample_std,
     std_ratio_interval,
-    t_two_sided_p,
     welch_t_test,
 )
 
@@ -43,19 +47,65 @@ def test_std_needs_two_values():
     assert math.isnan(sample_std([1.0]))
 
 
-@pytest.mark.parametrize("t", [0.0, 0.3, 1.0, 4.5, 40.0])
-def test_t_p_value_closed_forms(t):
+def paired_data_with_t(t: float, df: int) -> tuple[list[float], list[float]]:
+    """A and B over df + 1 seeds whose paired t statistic is ``t``: the
+    differences are -k..k (sd sqrt(k(k+1)/3)) shifted by t * sd / sqrt(n)."""
+    k, n = df // 2, df + 1
+    if df % 2:  # an even number of seeds: -k-0.5 .. k+0.5
+        offsets = [i + 0.5 for i in range(-k - 1, k + 1)]
+    else:
+        offsets = [float(i) for i in range(-k, k + 1)]
+    shift = t * sample_std(offsets) / math.sqrt(n)
+    a = [10.0 + i for i in range(n)]
+    return a, [x + d + shift for x, d in zip(a, offsets)]
+
+
+@pytest.mark.parametrize("t", [0.3, 1.0, 4.5, 40.0])
+def test_paired_t_p_value_closed_forms(t):
     # df=1 is the Cauchy distribution, df=2 and df=4 have closed-form CDFs
-    assert t_two_sided_p(t, 1) == pytest.approx(1 - 2 * math.atan(t) / math.pi, abs=1e-12)
-    assert t_two_sided_p(t, 2) == pytest.approx(1 - t / math.sqrt(2 + t * t), abs=1e-12)
+    def two_sided(df):
+        result = paired_t_test(*paired_data_with_t(t, df))
+        assert result.df == df and result.statistic == pytest.approx(t, rel=1e-9)
+        return result.p_value
+
+    assert two_sided(1) == pytest.approx(1 - 2 * math.atan(t) / math.pi, abs=1e-9)
+    assert two_sided(2) == pytest.approx(1 - t / math.sqrt(2 + t * t), abs=1e-9)
     u = t / math.sqrt(1 + t * t / 4)
     cdf4 = 0.5 + 3 / 8 * u * (1 - t * t / (12 * (1 + t * t / 4)))
-    assert t_two_sided_p(t, 4) == pytest.approx(2 * (1 - cdf4), abs=1e-12)
+    assert two_sided(4) == pytest.approx(2 * (1 - cdf4), abs=1e-9)
 
 
 @pytest.mark.parametrize("t, df", [(12.7062, 1), (2.776445, 4), (2.570582, 5), (2.228139, 10), (1.983972, 100)])
 def test_t_table_critical_values_give_five_percent(t, df):
-    assert t_two_sided_p(t, df) == pytest.approx(0.05, abs=1e-6)
+    assert paired_t_test(*paired_data_with_t(t, df)).p_value == pytest.approx(0.05, abs=1e-6)
+
+
+def test_no_spread_gets_exact_answers_without_warnings():
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        same = paired_t_test([1.0, 2.0, 3.0], [1.0, 2.0, 3.0])
+        assert (same.statistic, same.p_value) == (0.0, 1.0)
+        shifted = paired_t_test([1.0, 2.0, 3.0], [1.5, 2.5, 3.5])
+        assert (shifted.statistic, shifted.p_value) == (math.inf, 0.0)
+        constant = welch_t_test([0.1] * 4, [0.2] * 3)
+        assert (constant.statistic, constant.p_value) == (math.inf, 0.0)
+        assert std_ratio_interval([0.1] * 5, [1.0, 2.0, 3.0, 4.0, 5.0]).to_list() == [0.0, 0.0]
+        assert mean_difference_interval([0.1] * 5, [0.1] * 5, paired=True).to_list() == [0.0, 0.0]
+
+
+def test_without_scipy_the_commands_name_the_extra(tmp_path):
+    """scipy hidden from a fresh interpreter: one line, exit 2, nothing run."""
+    a = Path(__file__).resolve().parents[1] / "fixtures" / "stats" / "model_a.csv"
+    hide_scipy = "import sys; sys.modules['scipy'] = None; from detaudit.cli import main; sys.exit(main(sys.argv[1:]))"
+    for command in (["compare", str(a), str(a)], ["variance", str(a), "--out", str(tmp_path / "study")]):
+        result = subprocess.run([sys.executable, "-c", hide_scipy, *command], capture_output=True, text=True)
+        assert result.returncode == 2, result.stderr
+        assert result.stdout == ""
+        assert result.stderr.strip().splitlines() == [
+            f"detaudit: error: detaudit {command[0]} computes its statistics with scipy, which is not installed: "
+            'pip install "detaudit[stats]"'
+        ]
+    assert not (tmp_path / "study").exists()
 
 
 def test_paired_t_on_the_issue_example():
@@ -80,7 +130,7 @@ def test_bootstrap_is_reproducible_and_exact_on_constants():
     assert first == mean_difference_interval(ISSUE_A, ISSUE_B, paired=True)
     assert first.covers(0.0)
     assert -0.5 <= first.low < 0.02 < first.high <= 0.6  # inside the range of the differences
-    constant = bootstrap_interval([[3.5] * 6], lambda rows: rows.mean(axis=1))
+    constant = bootstrap_interval([[3.5] * 6], lambda rows: rows.mean(axis=-1))
     assert (constant.low, constant.high) == (3.5, 3.5)
 
 

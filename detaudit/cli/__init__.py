@@ -56,6 +56,15 @@ def add_script_arguments(parser: argparse.ArgumentParser, *, required: bool = Tr
     parser.usage = f"%(prog)s [options] {'SCRIPT' if required else '[SCRIPT]'} [options] [-- ARGS]"
 
 
+def add_format_argument(parser: argparse.ArgumentParser, what: str) -> None:
+    """``--format text|json`` of the statistics commands (``--json`` is short
+    for ``--format json``).  Progress goes to stderr, so stdout stays pure JSON."""
+    parser.add_argument(
+        "--format", choices=("text", "json"), default="text", help=f"print {what} as tables and sentences (default) or as JSON"
+    )
+    parser.add_argument("--json", dest="format", action="store_const", const="json", help="same as --format json")
+
+
 def positive_int(text: str) -> int:
     """argparse type for counts (runs, jobs, threads)."""
     value = int(text)

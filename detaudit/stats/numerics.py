@@ -1,22 +1,35 @@
-"""The few statistics the reproducibility commands need.
+"""The statistics the reproducibility commands share.
 
-scipy is not a dependency, so Student's t distribution is computed here from
-the regularized incomplete beta function.  Means and standard deviations are
-pure Python on purpose: identical values must give a standard deviation of
-exactly 0.0 (the "deterministic mode collapses the fixed arm" proof), so they
-are computed on values shifted by the first sample, where identical samples
-give exact zeros.  numpy is imported inside the functions that resample.
+Tests and the bootstrap come from scipy (the ``stats`` extra); numpy and
+scipy are imported inside the functions that need them.  Means and standard
+deviations are pure Python on purpose: identical values must give a
+standard deviation of exactly 0.0 (the "deterministic mode collapses the
+fixed arm" proof), so they are computed on values shifted by the first
+sample, where identical samples give exact zeros.  Degenerate data (no
+spread at all) gets exact answers here instead of scipy's nan and warnings.
 """
 
 from __future__ import annotations
 
 import math
+import warnings
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
+#: what to install when scipy is missing (the commands say it in one line)
+STATS_EXTRA = 'pip install "detaudit[stats]"'
 BOOTSTRAP_RESAMPLES = 10_000
 BOOTSTRAP_SEED = 0  # a fixed RNG: the same data always gives the same interval
 CONFIDENCE = 0.95
+
+
+def scipy_missing(command: str) -> str | None:
+    """The one-line error for ``detaudit COMMAND`` when scipy is not installed, else None."""
+    try:
+        import scipy.stats  # noqa: F401
+    except ImportError:
+        return f"detaudit {command} computes its statistics with scipy, which is not installed: {STATS_EXTRA}"
+    return None
 
 
 def mean(values: Sequence[float]) -> float:
@@ -61,51 +74,6 @@ class Sample:
         return len(self.values) >= 2 and len(set(self.values)) == 1
 
 
-def _continued_fraction_beta(a: float, b: float, x: float) -> float:
-    """Continued fraction of the incomplete beta function (modified Lentz)."""
-    tiny = 1e-300
-    c = 1.0
-    d = 1.0 - (a + b) * x / (a + 1.0)
-    d = 1.0 / (d if abs(d) > tiny else tiny)
-    result = d
-    for m in range(1, 300):
-        for numerator in (
-            m * (b - m) * x / ((a + 2 * m - 1) * (a + 2 * m)),
-            -(a + m) * (a + b + m) * x / ((a + 2 * m) * (a + 2 * m + 1)),
-        ):
-            d = 1.0 + numerator * d
-            d = 1.0 / (d if abs(d) > tiny else tiny)
-            c = 1.0 + numerator / c
-            c = c if abs(c) > tiny else tiny
-            result *= c * d
-        if abs(c * d - 1.0) < 1e-15:
-            break
-    return result
-
-
-def regularized_incomplete_beta(a: float, b: float, x: float) -> float:
-    if x <= 0.0:
-        return 0.0
-    if x >= 1.0:
-        return 1.0
-    log_front = (
-        math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) + a * math.log(x) + b * math.log1p(-x)
-    )
-    # the continued fraction converges fast only below the mean a / (a + b)
-    if x < (a + 1.0) / (a + b + 2.0):
-        return math.exp(log_front) * _continued_fraction_beta(a, b, x) / a
-    return 1.0 - math.exp(log_front) * _continued_fraction_beta(b, a, 1.0 - x) / b
-
-
-def t_two_sided_p(t: float, df: float) -> float:
-    """P(|T| >= |t|) for Student's t with ``df`` degrees of freedom."""
-    if math.isnan(t) or df <= 0:
-        return math.nan
-    if math.isinf(t):
-        return 0.0
-    return regularized_incomplete_beta(df / 2.0, 0.5, df / (df + t * t))
-
-
 @dataclass(frozen=True)
 class TestResult:
     name: str  # "paired t-test" or "Welch's t-test"
@@ -114,34 +82,43 @@ class TestResult:
     p_value: float
 
 
+def _no_spread_result(name: str, center: float, df: float) -> TestResult:
+    """Every value identical: scipy returns nan (0/0); the answer is exact
+    instead: no difference at all (t = 0, p = 1) or one without any noise
+    (t = ±inf, p = 0)."""
+    if center == 0.0:
+        return TestResult(name, 0.0, df, 1.0)
+    return TestResult(name, math.copysign(math.inf, center), df, 0.0)
+
+
 def paired_t_test(a: Sequence[float], b: Sequence[float]) -> TestResult:
-    """Tests whether the mean of ``b - a`` over matched seeds is zero."""
+    """Tests whether the mean of ``b - a`` over matched seeds is zero
+    (``scipy.stats.ttest_rel``, two-sided)."""
+    from scipy import stats
+
+    name = "paired t-test"
     differences = [y - x for x, y in zip(a, b)]
     n = len(differences)
-    spread = sample_std(differences)
     if n < 2:
-        return TestResult("paired t-test", math.nan, n - 1, math.nan)
-    center = mean(differences)
-    if spread == 0.0:
-        statistic = 0.0 if center == 0.0 else math.copysign(math.inf, center)
-    else:
-        statistic = center / (spread / math.sqrt(n))
-    return TestResult("paired t-test", statistic, n - 1, t_two_sided_p(statistic, n - 1))
+        return TestResult(name, math.nan, n - 1, math.nan)
+    if sample_std(differences) == 0.0:
+        return _no_spread_result(name, mean(differences), n - 1)
+    result = stats.ttest_rel(list(b), list(a))
+    return TestResult(name, float(result.statistic), float(result.df), float(result.pvalue))
 
 
 def welch_t_test(a: Sequence[float], b: Sequence[float]) -> TestResult:
-    """Tests whether mean(b) - mean(a) is zero without assuming equal variances."""
+    """Tests whether mean(b) - mean(a) is zero without assuming equal
+    variances (``scipy.stats.ttest_ind(equal_var=False)``, two-sided)."""
+    from scipy import stats
+
+    name = "Welch's t-test"
     if len(a) < 2 or len(b) < 2:
-        return TestResult("Welch's t-test", math.nan, math.nan, math.nan)
-    var_a = sample_std(a) ** 2 / len(a)
-    var_b = sample_std(b) ** 2 / len(b)
-    center = mean(b) - mean(a)
-    if var_a + var_b == 0.0:
-        statistic = 0.0 if center == 0.0 else math.copysign(math.inf, center)
-        return TestResult("Welch's t-test", statistic, len(a) + len(b) - 2, 0.0 if center else 1.0)
-    statistic = center / math.sqrt(var_a + var_b)
-    df = (var_a + var_b) ** 2 / (var_a**2 / (len(a) - 1) + var_b**2 / (len(b) - 1))
-    return TestResult("Welch's t-test", statistic, df, t_two_sided_p(statistic, df))
+        return TestResult(name, math.nan, math.nan, math.nan)
+    if sample_std(a) == 0.0 and sample_std(b) == 0.0:
+        return _no_spread_result(name, mean(b) - mean(a), len(a) + len(b) - 2)
+    result = stats.ttest_ind(list(b), list(a), equal_var=False)
+    return TestResult(name, float(result.statistic), float(result.df), float(result.pvalue))
 
 
 @dataclass(frozen=True)
@@ -157,6 +134,9 @@ class Interval:
     def half_width(self) -> float:
         return (self.high - self.low) / 2.0
 
+    def to_list(self) -> list[float]:
+        return [self.low, self.high]
+
 
 def bootstrap_interval(
     samples: Sequence[Sequence[float]],
@@ -167,47 +147,77 @@ def bootstrap_interval(
     confidence: float = CONFIDENCE,
     seed: int = BOOTSTRAP_SEED,
 ) -> Interval:
-    """Percentile bootstrap interval of ``statistic(*resampled_samples)``.
+    """Percentile bootstrap interval of ``statistic(*samples)`` (``scipy.stats.bootstrap``).
 
-    ``statistic`` receives one 2-D array per sample (resamples x n) and returns
-    one value per row.  ``paired`` resamples the same indices in every sample
-    (matched seeds); otherwise each sample is resampled on its own.
+    ``statistic`` receives one array per sample and reduces its last axis
+    (scipy hands it batches of resamples, shape ``(..., n)``).  ``paired``
+    resamples the same indices in every sample (matched seeds); otherwise
+    each sample is resampled on its own, which makes a stratified bootstrap
+    when the samples are strata (Agarwal et al. 2021).
+
+    Degenerate data is handled here, not left to scipy (which warns and
+    returns nan): samples that are all constant give the exact interval
+    [statistic, statistic]; a sample of one value is held fixed (it has
+    nothing to resample); resamples on which the statistic is undefined (a
+    0/0 ratio when a resample repeats one value) are left out of the interval.
     """
     import numpy as np
+    from scipy import stats
 
-    rng = np.random.default_rng(seed)
     arrays = [np.asarray(sample, dtype=float) for sample in samples]
-    if paired:
-        indices = rng.integers(0, len(arrays[0]), size=(resamples, len(arrays[0])))
-        resampled = [array[indices] for array in arrays]
-    else:
-        resampled = [array[rng.integers(0, len(array), size=(resamples, len(array)))] for array in arrays]
-    with np.errstate(divide="ignore", invalid="ignore"):
-        values = np.asarray(statistic(*resampled), dtype=float)
-    values = values[~np.isnan(values)]  # 0/0 ratios from degenerate resamples
-    if values.size == 0:
+    if any(array.size == 0 for array in arrays):
         return Interval(math.nan, math.nan, confidence)
-    tail = (1.0 - confidence) / 2.0
-    # no interpolation: a resampled ratio can be infinite and inf - inf is nan
-    low, high = np.quantile(values, [tail, 1.0 - tail], method="inverted_cdf")
-    return Interval(float(low), float(high), confidence)
+    if all(np.all(array == array[0]) for array in arrays):
+        with np.errstate(divide="ignore", invalid="ignore"):
+            value = float(statistic(*arrays))
+        return Interval(value, value, confidence)
+    moving = [array for array in arrays if array.size >= 2]
+    if paired and len(moving) != len(arrays):
+        return Interval(math.nan, math.nan, confidence)
+
+    def on_resamples(*resampled, axis=-1):
+        replacements = iter(resampled)
+        return statistic(*(next(replacements) if array.size >= 2 else array for array in arrays))
+
+    with warnings.catch_warnings(), np.errstate(divide="ignore", invalid="ignore"):
+        warnings.simplefilter("ignore")  # degenerate resamples: handled below
+        result = stats.bootstrap(
+            moving,
+            on_resamples,
+            paired=paired,
+            vectorized=True,
+            n_resamples=resamples,
+            confidence_level=confidence,
+            method="percentile",
+            rng=np.random.default_rng(seed),
+        )
+        low, high = (float(bound) for bound in result.confidence_interval)
+        if math.isnan(low) or math.isnan(high):
+            tail = (1.0 - confidence) / 2.0
+            low, high = (
+                float(bound)
+                for bound in stats.quantile(
+                    result.bootstrap_distribution, np.array([tail, 1.0 - tail]), nan_policy="omit"
+                )
+            )
+    return Interval(low, high, confidence)
 
 
-def resampled_std(rows):
-    """Row-wise sample std of a (resamples x n) array (shift-free; n >= 2)."""
-    return rows.std(axis=1, ddof=1)
+def row_std(rows):
+    """Sample std (n - 1) along the last axis, on values shifted by the first
+    one so that identical values give exactly 0.0 (numpy's own mean of
+    identical floats can be off by one ULP, leaving a std of 1e-17)."""
+    return (rows - rows[..., :1]).std(axis=-1, ddof=1)
 
 
 def std_ratio_interval(fixed: Sequence[float], varied: Sequence[float]) -> Interval:
     """Bootstrap interval of std(fixed) / std(varied), arms resampled independently."""
-    return bootstrap_interval(
-        [fixed, varied], lambda f, v: resampled_std(f) / resampled_std(v)
-    )
+    return bootstrap_interval([fixed, varied], lambda f, v: row_std(f) / row_std(v))
 
 
 def mean_difference_interval(a: Sequence[float], b: Sequence[float], *, paired: bool) -> Interval:
     """Bootstrap interval of mean(b) - mean(a) (of the per-seed differences when paired)."""
-    return bootstrap_interval([a, b], lambda x, y: y.mean(axis=1) - x.mean(axis=1), paired=paired)
+    return bootstrap_interval([a, b], lambda x, y: y.mean(axis=-1) - x.mean(axis=-1), paired=paired)
 
 
 def pairwise_disagreement(predictions: Sequence) -> float:
