@@ -1,11 +1,13 @@
 """``detaudit variance`` end to end on a tiny real CPU training (a few
-seconds per run), plus a crashing script and the '-- ARGS' split."""
+seconds per run), plus a crashing script, a script that logs no metric or
+seeds itself, progress output and the '-- ARGS' split."""
 
 from __future__ import annotations
 
 import csv
-import os
 import json
+import os
+import re
 from pathlib import Path
 
 import pytest
@@ -130,3 +132,90 @@ def test_ctrl_c_stops_running_scripts_at_once(tmp_path):
         except ProcessLookupError:
             continue
         raise AssertionError(f"run process {pid} survived Ctrl-C")
+
+
+NO_METRIC = str(Path(__file__).resolve().parents[1] / "fixtures" / "stats" / "no_metric.py")
+SELF_SEEDED = str(Path(__file__).resolve().parents[1] / "fixtures" / "stats" / "self_seeded.py")
+
+
+def test_a_script_that_logs_no_metric_stops_the_study_after_its_first_run(tmp_path):
+    """The first run to end logged nothing: the other run going (asleep for five
+    minutes) is killed and nothing else starts; only that first record stays."""
+    import subprocess
+    import sys
+
+    out = tmp_path / "s"
+    command = [sys.executable, "-m", "detaudit", "variance", NO_METRIC, "--runs", "3", "--jobs", "2",
+               "--out", str(out), "--", "--marker", str(tmp_path / "first")]
+    repo = Path(__file__).resolve().parent.parent
+    # a study that waited for its runs would sleep 300 s: the timeout makes that a failure, not a hang
+    result = subprocess.run(command, cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(repo)},
+                            capture_output=True, text=True, timeout=240)
+    assert result.returncode == 2, result.stderr
+    last_line = result.stderr.strip().splitlines()[-1]
+    assert re.fullmatch(
+        r"detaudit: error: stopped after the first run \((fixed|varied)-000\): the script logged no metric .*", last_line
+    ), last_line
+    assert "test accuracy: 91.2" in result.stdout  # its output is shown
+    records = [json.loads(line) for line in (out / "runs.jsonl").read_text().splitlines()]
+    assert len(records) == 1 and records[0]["status"] == "failed"
+
+
+def test_a_missing_metric_stops_the_study_after_its_first_run(tmp_path, capsys):
+    out = tmp_path / "s"
+    command = ["variance", FIXTURE, "--runs", "2", "--jobs", "1", "--threads", "1", "--metric", "accuracy",
+               "--out", str(out), "--", "--steps", "2"]
+    assert main(command) == 2
+    err = capsys.readouterr().err
+    assert (
+        "detaudit: error: stopped after the first run (fixed-000): it logged test_acc, test_loss, train_loss "
+        "but not accuracy (asked for with --metric)"
+    ) in err
+    records = [json.loads(line) for line in (out / "runs.jsonl").read_text().splitlines()]
+    assert [(r["arm"], r["status"]) for r in records] == [("fixed", "ok")]  # kept: a rerun reuses it
+
+
+@pytest.mark.slow
+def test_a_self_seeded_script_is_named_and_seed_placeholder_fixes_it(tmp_path, capsys):
+    # like the MNIST example: torch.manual_seed(args.seed) with --seed defaulting to 1
+    base = ["variance", SELF_SEEDED, "--runs", "2", "--jobs", "2", "--threads", "1", "--format", "json"]
+    assert main([*base, "--out", str(tmp_path / "own")]) == 0
+    captured = capsys.readouterr()
+    summary = json.loads(captured.out)
+    message = summary["seed_not_varied"]
+    assert message.startswith("The varied-seed runs did not vary: all 2 varied-seed runs gave exactly the same value")
+    assert "every varied-seed run ran at torch seed 1 although detaudit started them at seeds 0, 1" in message
+    assert "torch.manual_seed(args.seed)" in message and "'-- --seed {seed}'" in message
+    assert "DETAUDIT_SEED" in message
+    for metric in summary["metrics"]:
+        assert metric["varied_collapsed"] and "comes from the seed" not in metric["in_words"]
+    assert "but the script set torch's seed to 1 itself" in captured.err  # said as soon as a run showed it
+    runs = json.loads((tmp_path / "own" / "runs.json").read_text())["runs"]
+    assert {run["torch_seed"] for run in runs} == {1}
+
+    assert main([*base, "--out", str(tmp_path / "passed"), "--", "--seed", "{seed}"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["seed_not_varied"] is None
+    assert all(not metric["varied_collapsed"] for metric in summary["metrics"])
+    runs = json.loads((tmp_path / "passed" / "runs.json").read_text())["runs"]
+    assert all(run["torch_seed"] == run["seed"] for run in runs)
+
+
+def test_json_goes_alone_to_stdout_and_progress_to_stderr_as_plain_lines(tmp_path, capsys):
+    out = tmp_path / "s"
+    assert main(["variance", FIXTURE, "--runs", "2", "--jobs", "2", "--threads", "1", "--json",
+                 "--out", str(out), "--", "--steps", "2"]) == 0
+    captured = capsys.readouterr()
+    assert json.loads(captured.out)["metrics"]  # nothing but the JSON document on stdout
+    lines = [line for line in captured.err.splitlines() if line.startswith("variance [")]
+    assert len(lines) == 4
+    assert re.fullmatch(r"variance \[1/4\] (fixed|varied)-00\d: seed \d, ok in [\d.]+ s · \d+:\d\d elapsed, about \d+:\d\d left", lines[0])
+    assert re.fullmatch(r"variance \[4/4\] .* · all done in \d+:\d\d", lines[-1])
+    assert "\x1b[" not in captured.err  # no live display, no colours: not a terminal
+
+
+def test_seed_placeholder_in_script_arguments():
+    from detaudit.stats.runner import script_arguments
+
+    assert script_arguments(["--seed", "{seed}", "--name=run{seed}", "x"], 7) == ["--seed", "7", "--name=run7", "x"]
+    assert script_arguments(["--seed", "{seed}"], None) == ["--seed", "{seed}"]

@@ -6,7 +6,7 @@ import argparse
 import json
 from pathlib import Path
 
-from detaudit.cli import UsageError, add_script_arguments, positive_int
+from detaudit.cli import UsageError, add_format_argument, add_script_arguments, positive_int
 
 DESCRIPTION = """\
 Summers & Dinneen's probe: three runs of SCRIPT in deterministic mode: as is;
@@ -15,7 +15,8 @@ by one ULP at the first optimizer step (no edit of the script needed); and
 from another seed.  Reports the relative L2 distance of the final weights
 from the baseline, the logged metrics per step and, when the script logs
 predictions, disagreement and correlation.  Everything after '--' goes to
-the script."""
+the script; '{seed}' there is replaced by each run's seed (also in the
+DETAUDIT_SEED environment variable), for scripts that seed themselves."""
 
 
 def add_parser(subparsers) -> None:
@@ -34,13 +35,14 @@ def add_parser(subparsers) -> None:
     parser.add_argument("--jobs", type=positive_int, default=1, help="runs at a time (default 1, at most 3)")
     parser.add_argument("--timeout", type=float, default=3600.0, metavar="SECONDS", help="per run (default 3600)")
     parser.add_argument("--out", type=Path, metavar="DIR", help="run folders and instability.json (default: detaudit-instability-SCRIPTNAME)")
-    parser.add_argument("--json", action="store_true", help="print the report as JSON")
+    add_format_argument(parser, "the report")
     parser.set_defaults(handler=run_instability)
 
 
 def run_instability(args) -> int:
+    from detaudit.report.progress import RunProgress
     from detaudit.stats.display import report_console
-    from detaudit.stats.instability import analyse, render, run_probe
+    from detaudit.stats.instability import VARIANTS, analyse, render, run_probe
 
     script = Path(args.script)
     if not script.is_file():
@@ -49,7 +51,7 @@ def run_instability(args) -> int:
     if reseed == args.seed:
         raise UsageError("--reseed must differ from --seed")
     folder = args.out or Path(f"detaudit-instability-{script.stem}")
-    console = report_console(stderr=args.json)
+    console = report_console(stderr=args.format == "json")
     console.print(f"3 deterministic runs of {script.name} (seed {args.seed}; one ULP; seed {reseed}) in {folder}")
     runs = run_probe(
         str(script.resolve()),
@@ -62,6 +64,7 @@ def run_instability(args) -> int:
         threads=args.threads,
         jobs=args.jobs,
         timeout=args.timeout,
+        progress=RunProgress("instability", len(VARIANTS)),
     )
     failed = [run for run in runs.values() if run.status != "ok"]
     if failed:
@@ -71,7 +74,7 @@ def run_instability(args) -> int:
         return 2
     report = analyse(runs)
     (folder / "instability.json").write_text(json.dumps(report.to_dict(), indent=2) + "\n")
-    if args.json:
+    if args.format == "json":
         print(json.dumps(report.to_dict(), indent=2))
     else:
         render(report, console)

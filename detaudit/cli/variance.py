@@ -6,7 +6,7 @@ import argparse
 import json
 from pathlib import Path
 
-from detaudit.cli import UsageError, add_script_arguments, positive_int
+from detaudit.cli import UsageError, add_format_argument, add_script_arguments, positive_int
 
 DESCRIPTION = """\
 Runs SCRIPT K times with one fixed seed (only nondeterminism varies) and K
@@ -14,7 +14,9 @@ times with K different seeds (initialisation, data order and nondeterminism
 vary), then reports per metric the mean and std of each arm and the ratio
 std_fixed / std_varied with a bootstrap 95% CI.  The script reports metrics
 with detaudit.log_metric(name, value) or by printing 'detaudit-metric: {json}'.
-Everything after '--' goes to the script."""
+Everything after '--' goes to the script; '{seed}' there is replaced by each
+run's seed (also in the DETAUDIT_SEED environment variable), for scripts
+that seed themselves from a flag: -- --seed {seed}"""
 
 EPILOG = """\
 Large studies: run one shard per machine or Slurm array task, e.g.
@@ -46,7 +48,7 @@ def add_parser(subparsers) -> None:
     parser.add_argument("--out", type=Path, metavar="DIR", help="study folder (default: detaudit-variance-SCRIPTNAME)")
     parser.add_argument("--shard", metavar="I/N", help="run only shard I of N of the planned runs")
     parser.add_argument("--merge", nargs="+", type=Path, metavar="DIR", help="join study folders (shards) into --out")
-    parser.add_argument("--json", action="store_true", help="print the summary as JSON instead of tables")
+    add_format_argument(parser, "the summary")
     parser.set_defaults(handler=run_variance)
 
 
@@ -71,10 +73,17 @@ def _open_study(args):
 
 
 def run_variance(args) -> int:
+    from detaudit.stats.numerics import scipy_missing
+
+    missing = scipy_missing("variance")
+    if missing:
+        raise UsageError(missing)
+
     from detaudit.stats import study as study_files
     from detaudit.stats.display import report_console
+    from detaudit.stats.runner import StudyStopped
 
-    console = report_console(stderr=args.json)
+    console = report_console(stderr=args.format == "json")
     try:
         if args.merge:
             if args.script:
@@ -89,6 +98,9 @@ def run_variance(args) -> int:
         new_records = _run_pending(study, shard, args, console)
     except study_files.StudyError as error:
         raise UsageError(str(error)) from None
+    except StudyStopped as stopped:
+        _print_first_failure(console, [stopped.record])
+        raise UsageError(str(stopped)) from None
     if shard is None:
         return _report(study, args, console, new_records)
     # a shard only adds its runs: the report comes from --merge, once every shard is done
@@ -102,8 +114,8 @@ def run_variance(args) -> int:
 
 
 def _run_pending(study, shard, args, console) -> list:
+    from detaudit.report.progress import RunProgress
     from detaudit.stats import runner
-    from detaudit.stats.display import report_console
 
     pending = study.pending(shard)
     if not pending:
@@ -111,7 +123,16 @@ def _run_pending(study, shard, args, console) -> list:
     gpus = runner.visible_gpu_count()
     jobs = args.jobs or runner.default_jobs(gpus, args.threads)
     console.print(f"{len(pending)} run(s) to go in {study.folder}, {jobs} at a time")
-    return runner.execute(study, pending, jobs=jobs, gpus=gpus, timeout=args.timeout, shard=shard, console=report_console(stderr=True))
+    return runner.execute(
+        study,
+        pending,
+        jobs=jobs,
+        progress=RunProgress("variance", len(pending)),
+        gpus=gpus,
+        timeout=args.timeout,
+        shard=shard,
+        wanted_metrics=args.metric,
+    )
 
 
 def _report(study, args, console, new_records: list) -> int:
@@ -121,6 +142,9 @@ def _report(study, args, console, new_records: list) -> int:
     from detaudit.stats.variance import render, summarize
 
     study.write_tables()
+    if not any(record.ok for record in study.records().values()):
+        _print_first_failure(console, new_records or list(study.records().values()))
+        return 2
     try:
         summary = summarize(study, args.metric)
     except ValueError as error:
@@ -132,7 +156,7 @@ def _report(study, args, console, new_records: list) -> int:
     plot.write_html(summary, study.folder / "report.html", title)
     if not plot.write_png(summary, study.folder / "variance.png", title):
         console.print("matplotlib is not installed: no variance.png (report.html has the same plot)")
-    if args.json:
+    if args.format == "json":
         print(summary_json)
     else:
         render(summary, console)

@@ -10,10 +10,12 @@ unstable: any nondeterminism, however small, costs as much as a new seed
 
 from __future__ import annotations
 
+import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from detaudit.report.progress import RunProgress
 from detaudit.stats.numerics import json_safe, pairwise_disagreement, pearson_correlation, relative_l2_distance
 from detaudit.stats.runner import OUTPUT_TAIL_LINES, launch, run_status
 
@@ -50,12 +52,15 @@ def run_probe(
     threads: int | None,
     jobs: int,
     timeout: float | None,
+    progress: RunProgress,
 ) -> dict[str, ProbeRun]:
     """Runs the three variants (up to ``jobs`` at a time), deterministic mode on."""
     from detaudit.dynamic.launch import LaunchOptions
 
     def one(variant: str) -> ProbeRun:
         run = ProbeRun(variant, reseed if variant == RESEED else seed)
+        progress.started(variant)
+        started = time.monotonic()
         options = LaunchOptions(
             seed=run.seed,
             max_steps=steps,
@@ -73,9 +78,11 @@ def run_probe(
         run.state_file = Path(state_file) if state_file and Path(state_file).is_file() else None
         if run.status != "ok":
             run.failure = "\n".join([result.describe_failure(OUTPUT_TAIL_LINES), *outputs.problems])
+        seconds = time.monotonic() - started
+        progress.finished(variant, f"seed {run.seed}, {run.status} in {seconds:.1f} s", ok=run.status == "ok")
         return run
 
-    with ThreadPoolExecutor(max_workers=max(1, min(jobs, len(VARIANTS)))) as pool:
+    with progress, ThreadPoolExecutor(max_workers=max(1, min(jobs, len(VARIANTS)))) as pool:
         return dict(zip(VARIANTS, pool.map(one, VARIANTS)))
 
 

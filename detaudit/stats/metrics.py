@@ -16,6 +16,11 @@ Both helpers do nothing unless the script runs under a detaudit statistics
 command, which sets ``DETAUDIT_STATS_DIR`` to a folder of the run.  This module
 is imported by user scripts: it must stay cheap, so numpy/torch are imported
 only inside ``log_predictions``.
+
+Each logged value also records ``torch.initial_seed()`` when the script has
+imported torch: a run started at detaudit's seed that logs another one was
+reseeded by the script itself (``torch.manual_seed(args.seed)``), which is
+how ``variance`` tells that its varied-seed runs did not vary.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -61,9 +67,15 @@ def log_metric(name: str, value: Any, step: int | None = None) -> None:
     folder = _stats_dir()
     if folder is None:
         return
-    record = {"name": name, "value": number, "step": _step(step)}
+    record = {"name": name, "value": number, "step": _step(step), "torch_seed": _torch_seed()}
     with open(folder / METRICS_FILE, "a", encoding="utf-8") as stream:
         stream.write(json.dumps(record) + "\n")
+
+
+def _torch_seed() -> int | None:
+    """The torch seed now, when the script uses torch (never imports it)."""
+    torch = sys.modules.get("torch")
+    return torch.initial_seed() if torch is not None and hasattr(torch, "initial_seed") else None
 
 
 def predictions_file(folder: Path, name: str, step: int | None) -> Path:
@@ -97,6 +109,7 @@ class RunOutputs:
     history: dict[str, dict[int, float]] = field(default_factory=dict)  # metric -> step -> value
     predictions: dict[str, Path] = field(default_factory=dict)  # "name" or "name@step" -> file
     problems: list[str] = field(default_factory=list)  # unreadable metric lines
+    torch_seed: int | None = None  # torch.initial_seed() when the last value was logged (log_metric only)
 
     def add(self, name: str, value: float, step: int | None) -> None:
         self.final[name] = value
@@ -122,6 +135,8 @@ def read_run_outputs(folder: Path | None, stdout: str) -> RunOutputs:
         for line in (folder / METRICS_FILE).read_text(encoding="utf-8").splitlines():
             record = json.loads(line)
             outputs.add(record["name"], record["value"], record["step"])
+            if record.get("torch_seed") is not None:
+                outputs.torch_seed = record["torch_seed"]
     for line in stdout.splitlines():
         text = line.strip()
         if not text.startswith(STDOUT_PREFIX):

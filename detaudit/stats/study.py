@@ -115,6 +115,7 @@ class RunRecord:
     seconds: float = 0.0
     output_tail: str = ""  # the end of stdout/stderr, kept for failed runs
     problems: list[str] = field(default_factory=list)
+    torch_seed: int | None = None  # torch.initial_seed() the script logged with; != seed: it reseeded itself
 
     @property
     def run_id(self) -> str:

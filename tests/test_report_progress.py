@@ -1,0 +1,53 @@
+"""The progress display shared by the multi-run commands: plain lines off a
+terminal, a live bar with ETA on one."""
+
+from __future__ import annotations
+
+import io
+import re
+import threading
+
+from rich.console import Console
+
+from detaudit.report.progress import RunProgress, clock
+
+
+def test_clock():
+    assert [clock(7), clock(125), clock(3723)] == ["0:07", "2:05", "1:02:03"]
+
+
+def test_plain_lines_when_not_a_terminal():
+    stream = io.StringIO()
+    with RunProgress("variance", 3, console=Console(file=stream, width=60)) as progress:
+        for label in ("fixed-000", "varied-000"):
+            progress.started(label)
+        progress.finished("fixed-000", "seed 0, ok in 1.0 s")
+        progress.note("a note of its own, longer than the console is wide, which stays on one line")
+        progress.finished("varied-000", "seed 0, failed", ok=False)
+        progress.started("fixed-001")
+        progress.finished("fixed-001", "seed 0, ok in 1.0 s")
+    lines = stream.getvalue().splitlines()
+    assert len(lines) == 4
+    assert re.fullmatch(r"variance \[1/3\] fixed-000: seed 0, ok in 1.0 s · 0:00 elapsed, about 0:00 left", lines[0])
+    assert lines[1].startswith("a note of its own") and lines[1].endswith("on one line")
+    assert lines[2].startswith("variance [2/3] varied-000: seed 0, failed · ")
+    assert re.fullmatch(r"variance \[3/3\] fixed-001: seed 0, ok in 1.0 s · all done in 0:00", lines[3])
+    assert "\x1b[" not in stream.getvalue()
+
+
+def test_live_bar_with_eta_on_a_terminal():
+    stream = io.StringIO()
+    console = Console(file=stream, force_terminal=True, force_interactive=True, width=120)
+    with RunProgress("variance", 4, console=console) as progress:
+        workers = [threading.Thread(target=progress.started, args=(f"fixed-00{i}",)) for i in range(2)]
+        for worker in workers:
+            worker.start()
+        for worker in workers:
+            worker.join()
+        progress.finished("fixed-000", "seed 0, ok in 1.0 s")
+        progress.finished("fixed-001", "seed 0, timed out", ok=False)
+    screen = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", stream.getvalue())  # drop colours and cursor moves
+    final = screen.splitlines()[-2:]
+    assert "fixed-001: seed 0, timed out" in screen  # a failure is printed above the bar
+    assert re.search(r"variance .* 2/4 runs \d:\d\d:\d\d ETA (\d:\d\d:\d\d|-:--:--)", "\n".join(final)), final
+    assert "━" in screen  # the bar itself
