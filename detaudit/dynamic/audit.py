@@ -15,13 +15,15 @@ from typing import Any, Callable
 from detaudit.dynamic.report import RunReport
 
 
-def _run_traced(step: Callable[[], Any], seed: int | None, deterministic: bool, capture_ops=()):
+def _run_traced(step: Callable[[], Any], seed: int | None, deterministic: bool, capture_ops=(), setup=None):
     from detaudit.dynamic.bootstrap import seed_all
     from detaudit.dynamic.compare import Trace
     from detaudit.dynamic.state import cpu_copy, returned_state
     from detaudit.dynamic.tracer import OpTracer
     from detaudit.dynamic.watch import StopRun, TrainingWatcher
 
+    if setup is not None:
+        setup()
     if deterministic:
         from detaudit.runtime.determinism import deterministic as deterministic_block
 
@@ -50,22 +52,25 @@ def audit(
     repeats: int = 3,
     seed: int | None = 0,
     deterministic: bool = False,
+    setup: Callable[[], Any] | None = None,
 ) -> RunReport:
     """Run ``step`` ``repeats`` times under the same seed and report whether
-    (and where) the runs differ.  ``seed=None`` leaves seeding to ``step``."""
+    (and where) the runs differ.  ``seed=None`` leaves seeding to ``step``.
+    ``setup`` runs before each repeat, untraced: it can put back state that
+    ``step`` changes but did not create (a model built once, outside it)."""
     from detaudit.dynamic.analysis import build_report
 
     if repeats < 2:
         raise ValueError("repeats must be at least 2 (one run has nothing to compare with)")
     traces, states = [], []
     for _ in range(repeats):
-        trace, state, _ = _run_traced(step, seed, deterministic)
+        trace, state, _ = _run_traced(step, seed, deterministic, setup=setup)
         traces.append(trace)
         states.append(state)
 
     def capture(other: int, records: list[int]) -> tuple[dict, dict]:
         # in one process every repeat runs under the same conditions: rerun twice
-        return tuple(_run_traced(step, seed, deterministic, capture_ops=records)[2] for _ in range(2))
+        return tuple(_run_traced(step, seed, deterministic, records, setup)[2] for _ in range(2))
 
     return build_report(
         getattr(step, "__qualname__", repr(step)),

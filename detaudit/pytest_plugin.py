@@ -1,0 +1,219 @@
+"""The pytest plugin (entry point ``pytest11``, name ``detaudit``): one line
+says that a training step must be bitwise reproducible.
+
+    @pytest.mark.deterministic                 # the test body is the step
+    def test_one_training_step():
+        ...
+
+    def test_one_training_step(deterministic):  # or hand a step to the fixture
+        deterministic(train_one_step)
+
+Either way the step runs ``repeats`` times (default 3) in this process, each
+time seeded alike and traced op by op (``detaudit.testing.assert_deterministic``);
+the test fails with detaudit's report (which op, source line and tensors
+differed) unless every run is bitwise identical.  With the marker, fixture
+values that are torch modules, optimizers or tensors are put back to their
+state before each repeat; other fixture objects are shared by the repeats.
+
+Options: ``--detaudit-repeats N`` (ini ``detaudit_repeats``) and
+``--no-detaudit``, which keeps the tests but runs each step once, unchecked
+(``-p no:detaudit`` unloads the plugin, and the fixture with it).  Marker
+arguments override per test: ``@pytest.mark.deterministic(repeats=5, seed=1,
+deterministic=True)`` (the last runs the repeats under detaudit's
+deterministic mode).
+
+pytest imports this module in every environment where detaudit is
+installed, so it must not import torch (or numpy): the check imports them
+when a test asks for it.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass, field
+
+import pytest
+
+MARKER = "deterministic"
+DEFAULT_REPEATS = 3
+_OPTION_NAMES = ("repeats", "seed", "deterministic")
+
+
+@dataclass
+class _Session:
+    off: bool
+    repeats: int
+    checked: int = 0
+    differed: list[str] = field(default_factory=list)
+
+
+_SESSION = pytest.StashKey[_Session]()
+
+
+def pytest_addoption(parser) -> None:
+    group = parser.getgroup("detaudit", "bitwise reproducibility of training steps (detaudit)")
+    group.addoption(
+        "--no-detaudit",
+        action="store_true",
+        dest="detaudit_off",
+        help="run deterministic-marked steps once, without checking that they reproduce",
+    )
+    group.addoption(
+        "--detaudit-repeats",
+        type=int,
+        dest="detaudit_repeats",
+        metavar="N",
+        help=f"runs of each step to compare (default: ini detaudit_repeats, else {DEFAULT_REPEATS})",
+    )
+    parser.addini("detaudit_repeats", f"runs of each deterministic step to compare (default {DEFAULT_REPEATS})")
+
+
+def pytest_configure(config) -> None:
+    config.addinivalue_line(
+        "markers",
+        f"{MARKER}(repeats={DEFAULT_REPEATS}, seed=0, deterministic=False): the test body is a training step "
+        "that must be bitwise reproducible; detaudit runs it `repeats` times under one seed and compares every op",
+    )
+    repeats = config.getoption("detaudit_repeats") or int(config.getini("detaudit_repeats") or DEFAULT_REPEATS)
+    if repeats < 2:
+        raise pytest.UsageError(f"--detaudit-repeats must be at least 2, got {repeats}")
+    config.stash[_SESSION] = _Session(off=bool(config.getoption("detaudit_off")), repeats=repeats)
+
+
+def pytest_report_header(config) -> str:
+    session = config.stash[_SESSION]
+    if session.off:
+        return "detaudit: off (--no-detaudit): deterministic steps run once, unchecked"
+    return (
+        f"detaudit: deterministic steps run {session.repeats}x under one seed, compared op by op "
+        "(--no-detaudit to skip)"
+    )
+
+
+def _options(session: _Session, marker) -> dict:
+    options = {"repeats": session.repeats, "seed": 0, "deterministic": False}
+    if marker is not None:
+        unknown = sorted(set(marker.kwargs) - set(_OPTION_NAMES))
+        if unknown or marker.args:
+            pytest.fail(
+                f"@pytest.mark.{MARKER} takes only keyword arguments {', '.join(_OPTION_NAMES)}; "
+                f"got {', '.join(unknown) or repr(marker.args)}",
+                pytrace=False,
+            )
+        options.update(marker.kwargs)
+    return options
+
+
+def _check(session: _Session, name: str, step, options: dict, setup=None):
+    """Run ``step`` under assert_deterministic, counting what it found."""
+    __tracebackhide__ = True
+    from detaudit.testing import assert_deterministic
+
+    session.checked += 1
+    try:
+        return assert_deterministic(step, setup=setup, **options)
+    except AssertionError:
+        session.differed.append(name)
+        raise
+
+
+@pytest.fixture
+def deterministic(request):
+    """``deterministic(step, **options)`` checks that the zero-argument
+    ``step`` (which builds what it trains) is bitwise reproducible and returns
+    detaudit's report; with --no-detaudit it runs ``step`` once and returns
+    None.  Options (repeats, seed, deterministic) default to the test's
+    ``@pytest.mark.deterministic(...)`` arguments."""
+    session = request.config.stash[_SESSION]
+    defaults = _options(session, request.node.get_closest_marker(MARKER))
+
+    def check(step, **options):
+        __tracebackhide__ = True
+        if session.off:
+            step()
+            return None
+        return _check(session, request.node.nodeid, step, {**defaults, **options})
+
+    return check
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_pyfunc_call(pyfuncitem):
+    """A marked test that does not use the fixture is its own step: the test
+    function is swapped for one that runs it under the check."""
+    session = pyfuncitem.config.stash[_SESSION]
+    marker = pyfuncitem.get_closest_marker(MARKER)
+    if marker is None or session.off or "deterministic" in pyfuncitem.fixturenames:
+        yield
+        return
+    options = _options(session, marker)
+    test_function = pyfuncitem.obj
+
+    @functools.wraps(test_function)
+    def checked(**fixture_values):
+        __tracebackhide__ = True
+        saved = _TorchState(fixture_values.values())
+        _check(session, pyfuncitem.nodeid, lambda: test_function(**fixture_values), options, saved.restore)
+
+    pyfuncitem.obj = checked
+    try:
+        yield
+    finally:
+        pyfuncitem.obj = test_function
+
+
+def pytest_terminal_summary(terminalreporter) -> None:
+    session = terminalreporter.config.stash[_SESSION]
+    if session.checked:
+        differed = f", {len(session.differed)} differed" if session.differed else ""
+        terminalreporter.write_line(
+            f"detaudit: {session.checked} step(s) checked for bitwise reproducibility{differed}"
+        )
+
+
+class _TorchState:
+    """The state of the torch modules, optimizers and tensors among a test's
+    fixture values, to put back before each repeat (a repeat that trained the
+    fixture's model would otherwise hand the next one other weights)."""
+
+    def __init__(self, values):
+        import sys
+
+        torch = sys.modules.get("torch")  # a fixture holding torch objects has imported it
+        self._restores = []
+        if torch is None:
+            return
+        for value in values:
+            if isinstance(value, torch.nn.Module):
+                self._restores.extend(self._tensor_restore(t) for t in [*value.parameters(), *value.buffers()])
+            elif isinstance(value, torch.optim.Optimizer):
+                self._restores.append(self._optimizer_restore(value))
+            elif isinstance(value, torch.Tensor):
+                self._restores.append(self._tensor_restore(value))
+
+    @staticmethod
+    def _tensor_restore(tensor):
+        import torch
+
+        data = tensor.detach().clone()
+        leaf = tensor.is_leaf  # only leaves keep a .grad
+        grad = None if not leaf or tensor.grad is None else tensor.grad.detach().clone()
+
+        def restore():
+            with torch.no_grad():
+                tensor.copy_(data)
+            if leaf:
+                tensor.grad = None if grad is None else grad.clone()
+
+        return restore
+
+    @staticmethod
+    def _optimizer_restore(optimizer):
+        import copy
+
+        state = copy.deepcopy(optimizer.state_dict())
+        return lambda: optimizer.load_state_dict(copy.deepcopy(state))
+
+    def restore(self) -> None:
+        for restore in self._restores:
+            restore()
