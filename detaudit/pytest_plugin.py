@@ -112,9 +112,9 @@ def _check(session: _Session, name: str, step, options: dict, setup=None):
     session.checked += 1
     try:
         return assert_deterministic(step, setup=setup, **options)
-    except AssertionError:
+    except AssertionError as difference:
         session.differed.append(name)
-        raise
+        pytest.fail(str(difference), pytrace=False)  # the report says where; detaudit's frames would not
 
 
 @pytest.fixture
@@ -153,7 +153,12 @@ def pytest_pyfunc_call(pyfuncitem):
     def checked(**fixture_values):
         __tracebackhide__ = True
         saved = _TorchState(fixture_values.values())
-        _check(session, pyfuncitem.nodeid, lambda: test_function(**fixture_values), options, saved.restore)
+
+        def step():
+            return test_function(**fixture_values)
+
+        step.__qualname__ = test_function.__qualname__  # the report names the test, not this wrapper
+        _check(session, pyfuncitem.nodeid, step, options, saved.restore)
 
     pyfuncitem.obj = checked
     try:
