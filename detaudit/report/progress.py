@@ -15,8 +15,6 @@ from __future__ import annotations
 
 import time
 
-#: rich estimates speed over this window; runs take minutes, so use them all
-_SPEED_WINDOW_SECONDS = 7 * 24 * 3600
 _SHOWN_RUNNING = 3  # run labels named in the live description
 
 
@@ -26,6 +24,27 @@ def clock(seconds: float) -> str:
     hours, rest = divmod(seconds, 3600)
     minutes, seconds = divmod(rest, 60)
     return f"{hours}:{minutes:02d}:{seconds:02d}" if hours else f"{minutes}:{seconds:02d}"
+
+
+def seconds_left(elapsed: float, done: int, total: int) -> float | None:
+    """The average time per finished run so far, times the runs to go (runs
+    in parallel finish in bursts: a speed over the last few seconds, as rich's
+    own estimate uses, would say "one second left" after each burst)."""
+    if not done:
+        return None
+    return elapsed / done * (total - done)
+
+
+def _eta_column():
+    from rich.progress import ProgressColumn
+    from rich.text import Text
+
+    class EtaColumn(ProgressColumn):
+        def render(self, task):
+            left = seconds_left(task.elapsed or 0.0, int(task.completed), int(task.total or 0))
+            return Text(f"ETA {'-:--' if left is None else clock(left)}", style="progress.remaining")
+
+    return EtaColumn()
 
 
 class RunProgress:
@@ -49,15 +68,7 @@ class RunProgress:
     def __enter__(self) -> "RunProgress":
         self._started_at = time.monotonic()
         if self.live:
-            from rich.progress import (
-                BarColumn,
-                MofNCompleteColumn,
-                Progress,
-                SpinnerColumn,
-                TextColumn,
-                TimeElapsedColumn,
-                TimeRemainingColumn,
-            )
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
             self._bar = Progress(
                 SpinnerColumn(),
@@ -66,12 +77,9 @@ class RunProgress:
                 MofNCompleteColumn(),
                 TextColumn("runs"),
                 TimeElapsedColumn(),
-                TextColumn("ETA"),
-                TimeRemainingColumn(),
+                _eta_column(),
                 TextColumn("{task.fields[running]}"),
                 console=self.console,
-                speed_estimate_period=_SPEED_WINDOW_SECONDS,
-                transient=False,
             )
             self._bar.start()
             self._task = self._bar.add_task(self.title, total=self.total, running="")
@@ -98,8 +106,7 @@ class RunProgress:
             return
         elapsed = time.monotonic() - self._started_at
         if self.done < self.total:
-            left = elapsed / self.done * (self.total - self.done)
-            timing = f"{clock(elapsed)} elapsed, about {clock(left)} left"
+            timing = f"{clock(elapsed)} elapsed, about {clock(seconds_left(elapsed, self.done, self.total))} left"
         else:
             timing = f"all done in {clock(elapsed)}"
         self.console.print(

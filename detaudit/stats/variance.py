@@ -239,7 +239,7 @@ def render(summary: VarianceSummary, console) -> None:
         )
     console.print(table)
     seeds = max((metric.varied.runs for metric in summary.metrics), default=0)
-    if seeds >= 2:
+    if any(not math.isnan(metric.detectable) for metric in summary.metrics):
         console.print(
             f"detectable Δ: the smallest difference between two models, each run with {seeds} seeds, that Welch's "
             f"t-test (two-sided, α = {ALPHA:g}) finds with {POWER:.0%} power at the varied-seed spread",
