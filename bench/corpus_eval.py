@@ -11,7 +11,7 @@ prints, per rule: findings, true, wrong (labelled not a hazard), unlabelled,
 labelled hazards, found, recall, missed; then totals, wrong findings per 20
 files, and every wrong finding, miss and unlabelled finding.
 
-    python bench/corpus_eval.py CORPUS_ROOT [--json | --skeletons] [--repo NAME ...]
+    python bench/corpus_eval.py CORPUS_ROOT [--json | --skeletons | --clone-commands] [--repo NAME ...]
 
 CORPUS_ROOT holds one checkout per repository (``CORPUS_ROOT/<dir>``, ``dir``
 defaulting to ``name``) at the pinned commit; no network is used here.  How to
@@ -215,7 +215,9 @@ def git_head(directory: Path) -> str | None:
 
 
 def detaudit_version() -> str:
-    head = git_head(REPO) or "unknown"
+    """The last commit that changed detaudit/ (the code measured), and whether it has local edits."""
+    log = subprocess.run(["git", "-C", str(REPO), "log", "-1", "--format=%H", "--", "detaudit"], capture_output=True, text=True)
+    head = log.stdout.strip() or "unknown"
     status = subprocess.run(["git", "-C", str(REPO), "status", "--porcelain", "--", "detaudit"], capture_output=True, text=True)
     return head + ("+uncommitted" if status.stdout.strip() else "")
 
@@ -429,11 +431,21 @@ def render_skeletons(evaluation: Evaluation, repos: list[Repo]) -> str:
     )
 
 
+def render_clone_commands(repos: list[Repo], root: Path) -> str:
+    """Shell commands that bring every checkout to ROOT at its pinned commit (they need the network)."""
+    lines = []
+    for repo in repos:
+        target = root / repo.dir
+        lines.append(f"git clone -q --no-checkout {repo.url} {target} && git -C {target} checkout -q {repo.commit}")
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("root", type=Path, help="directory holding one checkout per corpus repository")
     parser.add_argument("--json", action="store_true", help="print the evaluation as JSON")
     parser.add_argument("--repo", action="append", default=[], help="only this repository (repeatable)")
+    parser.add_argument("--clone-commands", action="store_true", help="print the git commands that bring the checkouts to ROOT, and exit")
     parser.add_argument("--skeletons", action="store_true", help="print a label line to fill in for every unlabelled finding")
     parser.add_argument("--tolerance", type=int, default=2, help="lines a finding may be off its label (default 2)")
     parser.add_argument("--corpus", type=Path, default=CORPUS)
@@ -450,6 +462,9 @@ def main(argv: list[str] | None = None) -> int:
     except CorpusError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
+    if options.clone_commands:
+        print(render_clone_commands(repos, options.root))
+        return 0
     evaluation = evaluate(repos, labels, options.root, options.tolerance)
     if options.skeletons:
         print(render_skeletons(evaluation, repos))
