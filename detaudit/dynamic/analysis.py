@@ -14,8 +14,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
-from detaudit.dynamic.causes import VARIATION_KINDS
-from detaudit.dynamic.compare import NONDETERMINISTIC_OP, CauseAt, Trace, compare_traces, first_step
+from detaudit.dynamic.causes import NONDETERMINISTIC_OP, VARIATION_KINDS
+from detaudit.dynamic.compare import CauseAt, Site, Trace, compare_traces, first_step
 from detaudit.dynamic.report import RootCause, RunReport
 
 # capture(k, records) -> ({record: {"inputs": [...], "outputs": [...]}} of run 0, same of run k)
@@ -26,7 +26,7 @@ CaptureFn = Callable[[int, list[int]], tuple[dict, dict]]
 class _Found:
     cause: CauseAt
     pair: int  # first pair (other run index) it was seen in
-    site: dict
+    site: Site
     seen: int = 0
     seen_in_control: int = 0
 
@@ -54,7 +54,7 @@ def build_report(
 ) -> RunReport:
     from detaudit.dynamic.state import compare_states
 
-    found: dict[tuple, _Found] = {}
+    found: dict[Site, _Found] = {}
     propagated = 0
     worst_tensors: dict[str, dict] = {}
     for other in range(1, len(traces)):
@@ -64,11 +64,10 @@ def build_report(
         seen_here = set()
         for cause in pair.causes:  # the same site can recur in later steps: count each pair once
             site = cause.site(traces[0])
-            key = tuple(site.values())
-            if key in seen_here:
+            if site in seen_here:
                 continue
-            seen_here.add(key)
-            entry = found.setdefault(key, _Found(cause, other, site))
+            seen_here.add(site)
+            entry = found.setdefault(site, _Found(cause, other, site))
             entry.seen += 1
             entry.seen_in_control += not varied
         for diff in compare_states(states[0], states[other]):
@@ -80,22 +79,23 @@ def build_report(
     pairs = len(traces) - 1
     causes = []
     for entry in found.values():
-        kind = entry.site["kind"]
+        site = entry.site
+        kind = site.kind
         if vary and entry.seen_in_control == 0:
             kind = VARIATION_KINDS[vary]
         causes.append(
             RootCause(
                 kind=kind,
-                op=entry.site["op"],
-                path=entry.site["path"],
-                line=entry.site["line"],
-                module=entry.site["module"],
-                phase=entry.site["phase"],
+                op=site.op,
+                path=site.path,
+                line=site.line,
+                module=site.module,
+                phase=site.phase,
                 seen=entry.seen,
                 pairs=pairs,
                 first_step=first_step(traces[0], entry.cause.record),
                 max_abs_diff=deviations.get(id(entry)),
-                hint=op_hint(entry.site["op"]) if kind == NONDETERMINISTIC_OP else "",
+                hint=op_hint(site.op) if kind is NONDETERMINISTIC_OP else "",
                 other_side=entry.cause.other_side,
             )
         )

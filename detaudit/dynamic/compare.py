@@ -18,38 +18,49 @@ when the tracer saw one.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from typing import NamedTuple
 
+from detaudit.dynamic.causes import (
+    CONTROL_FLOW,
+    EXTERNAL_INPUT,
+    NONDETERMINISTIC_OP,
+    RNG,
+    UNINITIALIZED_MEMORY,
+    CauseKind,
+    ExtraOps,
+    OtherRunOp,
+    OtherSide,
+    RngStateChange,
+)
 from detaudit.dynamic.trace_format import ALLOCATED, EXTERNAL, PRODUCED, UNINIT, OpRecord, Trace
 
-NONDETERMINISTIC_OP = "nondeterministic-op"
-RNG = "rng"
-UNINITIALIZED_MEMORY = "uninitialized-memory"
-EXTERNAL_INPUT = "external-input"
-CONTROL_FLOW = "control-flow"
+
+class Site(NamedTuple):
+    """What a cause is and where: the same site in several pairs is one cause."""
+
+    kind: CauseKind
+    op: str
+    path: str
+    line: int
+    module: str
+    phase: str
 
 
 @dataclass
 class CauseAt:
     """One root cause found in one pair of runs."""
 
-    kind: str
+    kind: CauseKind
     record: int  # where it is reported (the allocation for uninitialized memory)
     capture_record: int  # the record whose tensors show the deviation
     capture_side: str  # "outputs" or "inputs"
     capture_position: int | None = None  # which input; None = every output
-    other_side: dict = field(default_factory=dict)  # control flow: what the other run did instead
+    other_side: OtherSide | None = None  # control flow: what the other run did; RNG: where the state changed
 
-    def site(self, trace: Trace) -> dict:
+    def site(self, trace: Trace) -> Site:
         record = trace.ops[self.record]
-        return {
-            "kind": self.kind,
-            "op": record.op,
-            "path": record.path,
-            "line": record.line,
-            "module": record.module,
-            "phase": record.phase,
-        }
+        return Site(self.kind, record.op, record.path, record.line, record.module, record.phase)
 
 
 @dataclass
@@ -93,8 +104,7 @@ def compare_traces(a: Trace, b: Trace) -> PairComparison:
                 record=aligned - 1 if aligned else 0,
                 capture_record=-1,
                 capture_side="",
-                other_side={"note": f"one run ran {abs(len(a.ops) - len(b.ops))} more ops, from {extra.op} "
-                            f"at {extra.path}:{extra.line}"},
+                other_side=ExtraOps(abs(len(a.ops) - len(b.ops)), extra.op, extra.path, extra.line),
             )
         )
     return PairComparison(causes, propagated, aligned)
@@ -106,25 +116,27 @@ def _control_flow(index: int, reference: OpRecord, other: OpRecord) -> CauseAt:
         record=index,
         capture_record=-1,
         capture_side="",
-        other_side={
-            "reference_outputs": reference.out_meta,
-            "op": other.op,
-            "outputs": other.out_meta,
-            "path": other.path,
-            "line": other.line,
-        },
+        other_side=OtherRunOp(reference.out_meta, other.op, other.out_meta, other.path, other.line),
     )
 
 
 def _classify(
-    trace, other, record, index, inputs_differ, outputs_differ, args_differ, differing_records
+    trace: Trace,
+    other: Trace,
+    record: OpRecord,
+    index: int,
+    inputs_differ: list[int],
+    outputs_differ: bool,
+    args_differ: bool,
+    differing_records: set[int],
 ) -> CauseAt | None:
-    leaves = {position: (kind, origin) for position, kind, origin in record.leaves}
+    """The root cause record ``index`` is, or None when it only propagates a difference."""
+    leaves = {position: (source, origin) for position, source, origin in record.leaves}
     for position in inputs_differ:
-        kind, origin = leaves.get(position, (PRODUCED, None))
-        if kind == ALLOCATED:
+        source, origin = leaves.get(position, (PRODUCED, None))
+        if source == ALLOCATED:
             return CauseAt(UNINITIALIZED_MEMORY, origin, index, "inputs", position)
-        if kind == EXTERNAL and (origin == index or origin not in differing_records):
+        if source == EXTERNAL and (origin == index or origin not in differing_records):
             return CauseAt(EXTERNAL_INPUT, index, index, "inputs", position)
     if inputs_differ:
         return None
@@ -135,15 +147,15 @@ def _classify(
     if record.seeded:
         return CauseAt(RNG, index, index, "outputs", other_side=_rng_state_change(trace, other, index))
     for position, ref in enumerate(record.inputs):
-        kind, origin = leaves.get(position, (PRODUCED, None))
-        if ref == UNINIT or kind == ALLOCATED:
+        source, origin = leaves.get(position, (PRODUCED, None))
+        if ref == UNINIT or source == ALLOCATED:
             return CauseAt(UNINITIALIZED_MEMORY, origin if origin is not None else index, index, "outputs")
     return CauseAt(NONDETERMINISTIC_OP, index, index, "outputs")
 
 
-def _rng_state_change(a: Trace, b: Trace, index: int) -> dict:
+def _rng_state_change(a: Trace, b: Trace, index: int) -> RngStateChange | None:
     """The last generator-state change before record ``index`` that left a
-    different state in the two runs ({} when none was seen)."""
+    different state in the two runs (None when none was seen)."""
     changed = None
     for event_a, event_b in zip(a.rng_events, b.rng_events):
         if event_a.before_op > index:
@@ -151,14 +163,8 @@ def _rng_state_change(a: Trace, b: Trace, index: int) -> dict:
         if event_a.state != event_b.state:
             changed = event_a
     if changed is None:
-        return {}
-    where = f"{changed.path}:{changed.line}"
-    return {
-        "note": f"the generator state was set differently by {changed.call}() at {where} (step {changed.step}).",
-        "call": changed.call,
-        "path": changed.path,
-        "line": changed.line,
-    }
+        return None
+    return RngStateChange(changed.call, changed.path, changed.line, changed.step)
 
 
 def first_step(trace: Trace, record: int) -> int:
