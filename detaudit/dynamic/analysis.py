@@ -2,7 +2,7 @@
 
 Run 0 is the reference; every other run is compared with it (R-1 pairs).  The
 same root cause found in several pairs is one cause seen k times.  With a
-variation (threads, hashseed), run 1 repeats run 0's setting (the control
+variation (``variations.py``), run 1 repeats run 0's setting (the control
 pair) and later runs change it: a cause that only shows in varied pairs is
 attributed to the variation.  The deviation of each cause's tensor is measured
 from a targeted capture (``capture(pair, records)``), supplied by the caller,
@@ -14,9 +14,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
-from detaudit.dynamic.causes import NONDETERMINISTIC_OP, VARIATION_KINDS
+from detaudit.dynamic.causes import NONDETERMINISTIC_OP
 from detaudit.dynamic.compare import CauseAt, Site, Trace, compare_traces, first_step
 from detaudit.dynamic.report import RootCause, RunReport
+from detaudit.dynamic.variations import Variation
 
 # capture(k, records) -> ({record: {"inputs": [...], "outputs": [...]}} of run 0, same of run k)
 CaptureFn = Callable[[int, list[int]], tuple[dict, dict]]
@@ -49,16 +50,16 @@ def build_report(
     steps: int,
     environment: dict,
     capture: CaptureFn | None = None,
-    vary: str | None = None,
-    settings: list | None = None,
+    variation: Variation | None = None,
 ) -> RunReport:
     from detaudit.dynamic.state import compare_states
 
+    settings = variation.settings(len(traces)) if variation else []
     found: dict[Site, _Found] = {}
     propagated = 0
     worst_tensors: dict[str, dict] = {}
     for other in range(1, len(traces)):
-        varied = bool(vary) and settings is not None and settings[other] != settings[0]
+        varied = bool(variation) and settings[other] != settings[0]
         pair = compare_traces(traces[0], traces[other])
         propagated = max(propagated, pair.propagated)
         seen_here = set()
@@ -81,8 +82,8 @@ def build_report(
     for entry in found.values():
         site = entry.site
         kind = site.kind
-        if vary and entry.seen_in_control == 0:
-            kind = VARIATION_KINDS[vary]
+        if variation and entry.seen_in_control == 0:
+            kind = variation.cause
         causes.append(
             RootCause(
                 kind=kind,
@@ -112,7 +113,7 @@ def build_report(
         environment=environment,
         propagated_ops=propagated,
         traced_ops=len(traces[0].ops),
-        variation={"vary": vary, "settings": settings} if vary else {},
+        variation={"vary": variation.name, "settings": settings} if variation else {},
         notes=notes,
     )
 

@@ -124,9 +124,6 @@ HASH_ORDER = _register(
     )
 )
 
-# which cause a variation turns a difference into, when pinning it removes the difference
-VARIATION_KINDS = {"threads": THREAD_COUNT, "hashseed": HASH_ORDER}
-
 
 # -- what a cause says about the other run ------------------------------------
 @dataclass(frozen=True)
