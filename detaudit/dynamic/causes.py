@@ -123,6 +123,15 @@ HASH_ORDER = _register(
         "Iterate sorted(...) instead of a set, or set PYTHONHASHSEED before the interpreter starts.",
     )
 )
+PYTHON_VALUE = _register(
+    CauseKind(
+        "DYN008",
+        "python-value",
+        "A Python value passed to an op (an index, a number, a flag) differed between runs; its tensors did not.",
+        "Compute it from stable inputs: hashlib or zlib.crc32 instead of hash() on str (or set PYTHONHASHSEED), "
+        "sorted() instead of set order, no clocks or process ids.",
+    )
+)
 
 
 # -- what a cause says about the other run ------------------------------------

@@ -9,6 +9,8 @@ the op names or output shapes stop matching (a control-flow divergence) record
   an allocation nothing wrote, else a nondeterministic kernel);
 * a root cause when a differing input entered from outside torch (an external
   input, located where it entered) or came from uninitialized memory;
+* a root cause when only a plain argument differs (a Python value: an index,
+  a scalar, a flag computed in Python);
 * *propagated* otherwise: it only differs because something upstream did.
 
 An RNG cause also names the last call before it that left the generator in a
@@ -25,6 +27,7 @@ from detaudit.dynamic.causes import (
     CONTROL_FLOW,
     EXTERNAL_INPUT,
     NONDETERMINISTIC_OP,
+    PYTHON_VALUE,
     RNG,
     UNINITIALIZED_MEMORY,
     CauseKind,
@@ -140,8 +143,8 @@ def _classify(
             return CauseAt(EXTERNAL_INPUT, index, index, "inputs", position)
     if inputs_differ:
         return None
-    if args_differ:  # a plain Python value (number, shape, flag) entered from outside torch
-        return CauseAt(EXTERNAL_INPUT, index, index, "outputs")
+    if args_differ:  # a value computed in Python (hash(), set order, time) entered as an argument
+        return CauseAt(PYTHON_VALUE, index, index, "outputs")
     if not outputs_differ:
         return None
     if record.seeded:
