@@ -40,3 +40,13 @@ def test_root_cause_kind_op_and_line(capsys, fixture, extra, kind, op, line, mod
 def test_thread_sum_is_deterministic_when_threads_are_not_varied(capsys):
     code = main(["run", str(FIXTURES / "thread_sum.py"), "--repeats", "2", "--format", "json"])
     assert code == 0 and json.loads(capsys.readouterr().out)["verdict"] == "deterministic"
+
+
+def test_a_python_value_passed_to_an_op_is_its_own_kind(capsys, monkeypatch):
+    # hash(str) % 64 picks the row: each child draws its PYTHONHASHSEED unless the environment pins one
+    monkeypatch.delenv("PYTHONHASHSEED", raising=False)
+    code = main(["run", str(FIXTURES / "hash_bucket.py"), "--repeats", "2", "--format", "json"])
+    report = json.loads(capsys.readouterr().out)
+    [cause] = report["root_causes"]
+    assert code == 1 and (cause["kind"], cause["code"], cause["line"]) == ("python-value", "DYN008", 13)
+    assert cause["op"] == "aten.select.int" and cause["max_abs_diff"] > 0  # the rows it selected differ

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 from detaudit.cli import add_script_arguments
+from detaudit.dynamic.variations import VARIATIONS
 
 FORMATS = ("text", "json", "sarif", "github")
 
@@ -28,7 +29,9 @@ def add_parser(subparsers) -> None:
     parser.add_argument("--repeats", type=int, default=3, help="runs to compare (default 3)")
     parser.add_argument("--seed", type=int, default=0, help="seed for random, numpy and torch before each run")
     parser.add_argument("--no-seed", action="store_true", help="leave seeding to the script itself")
-    parser.add_argument("--vary", choices=("threads", "hashseed"), help="vary intra-op threads or PYTHONHASHSEED")
+    parser.add_argument(
+        "--vary", choices=tuple(VARIATIONS), help="vary " + " or ".join(v.help for v in VARIATIONS.values())
+    )
     parser.add_argument("--deterministic", action="store_true", help="call detaudit.enable_determinism() first")
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds per run before it is killed")
     parser.add_argument("--format", choices=FORMATS, default="text")

@@ -2,7 +2,7 @@
 
 Run 0 is the reference; every other run is compared with it (R-1 pairs).  The
 same root cause found in several pairs is one cause seen k times.  With a
-variation (threads, hashseed), run 1 repeats run 0's setting (the control
+variation (``variations.py``), run 1 repeats run 0's setting (the control
 pair) and later runs change it: a cause that only shows in varied pairs is
 attributed to the variation.  The deviation of each cause's tensor is measured
 from a targeted capture (``capture(pair, records)``), supplied by the caller,
@@ -14,9 +14,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
-from detaudit.dynamic.causes import VARIATION_KINDS
-from detaudit.dynamic.compare import NONDETERMINISTIC_OP, CauseAt, Trace, compare_traces, first_step
+from detaudit.dynamic.causes import NONDETERMINISTIC_OP
+from detaudit.dynamic.compare import CauseAt, Site, Trace, compare_traces, first_step
 from detaudit.dynamic.report import RootCause, RunReport
+from detaudit.dynamic.variations import Variation
 
 # capture(k, records) -> ({record: {"inputs": [...], "outputs": [...]}} of run 0, same of run k)
 CaptureFn = Callable[[int, list[int]], tuple[dict, dict]]
@@ -26,7 +27,7 @@ CaptureFn = Callable[[int, list[int]], tuple[dict, dict]]
 class _Found:
     cause: CauseAt
     pair: int  # first pair (other run index) it was seen in
-    site: dict
+    site: Site
     seen: int = 0
     seen_in_control: int = 0
 
@@ -49,26 +50,25 @@ def build_report(
     steps: int,
     environment: dict,
     capture: CaptureFn | None = None,
-    vary: str | None = None,
-    settings: list | None = None,
+    variation: Variation | None = None,
 ) -> RunReport:
     from detaudit.dynamic.state import compare_states
 
-    found: dict[tuple, _Found] = {}
+    settings = variation.settings(len(traces)) if variation else []
+    found: dict[Site, _Found] = {}
     propagated = 0
     worst_tensors: dict[str, dict] = {}
     for other in range(1, len(traces)):
-        varied = bool(vary) and settings is not None and settings[other] != settings[0]
+        varied = bool(variation) and settings[other] != settings[0]
         pair = compare_traces(traces[0], traces[other])
         propagated = max(propagated, pair.propagated)
         seen_here = set()
         for cause in pair.causes:  # the same site can recur in later steps: count each pair once
             site = cause.site(traces[0])
-            key = tuple(site.values())
-            if key in seen_here:
+            if site in seen_here:
                 continue
-            seen_here.add(key)
-            entry = found.setdefault(key, _Found(cause, other, site))
+            seen_here.add(site)
+            entry = found.setdefault(site, _Found(cause, other, site))
             entry.seen += 1
             entry.seen_in_control += not varied
         for diff in compare_states(states[0], states[other]):
@@ -80,22 +80,23 @@ def build_report(
     pairs = len(traces) - 1
     causes = []
     for entry in found.values():
-        kind = entry.site["kind"]
-        if vary and entry.seen_in_control == 0:
-            kind = VARIATION_KINDS[vary]
+        site = entry.site
+        kind = site.kind
+        if variation and entry.seen_in_control == 0:
+            kind = variation.cause
         causes.append(
             RootCause(
                 kind=kind,
-                op=entry.site["op"],
-                path=entry.site["path"],
-                line=entry.site["line"],
-                module=entry.site["module"],
-                phase=entry.site["phase"],
+                op=site.op,
+                path=site.path,
+                line=site.line,
+                module=site.module,
+                phase=site.phase,
                 seen=entry.seen,
                 pairs=pairs,
                 first_step=first_step(traces[0], entry.cause.record),
                 max_abs_diff=deviations.get(id(entry)),
-                hint=op_hint(entry.site["op"]) if kind == NONDETERMINISTIC_OP else "",
+                hint=op_hint(site.op) if kind is NONDETERMINISTIC_OP else "",
                 other_side=entry.cause.other_side,
             )
         )
@@ -112,7 +113,7 @@ def build_report(
         environment=environment,
         propagated_ops=propagated,
         traced_ops=len(traces[0].ops),
-        variation={"vary": vary, "settings": settings} if vary else {},
+        variation={"vary": variation.name, "settings": settings} if variation else {},
         notes=notes,
     )
 

@@ -1,70 +1,197 @@
-"""The kinds of root cause the dynamic pass reports, as rule-like metadata
-(code, name, severity, summary, fix_hint) for SARIF and GitHub annotations."""
+"""The kinds of root cause the dynamic pass reports, and what a cause says
+about the other run.
+
+Each kind is one ``CauseKind`` entry of this registry: its name (the ``kind``
+of the JSON report), code, severity, summary and fix hint, which SARIF and
+GitHub annotations describe it with.  The classifier (``compare.py``) and the
+variations (``variations.py``) refer to these entries, never to their names:
+a new kind is an entry here plus the rule in the classifier that reports it.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Sequence, Union
 
 from detaudit.findings import Severity
 
 
-@dataclass(frozen=True)
-class CauseKind:
+class CauseKind(str):
+    """A kind of root cause.  It is a ``str`` equal to its name (the JSON
+    report's ``kind``, so reports and comparisons with names keep working)
+    that carries its code, severity, summary and fix hint.  There is one object
+    per kind: the registry's."""
+
     code: str
-    name: str
     summary: str
     fix_hint: str
-    severity: Severity = Severity.ERROR
+    severity: Severity
+
+    def __new__(cls, code: str, name: str, summary: str, fix_hint: str, severity: Severity = Severity.ERROR):
+        kind = super().__new__(cls, name)
+        kind.code, kind.summary, kind.fix_hint, kind.severity = code, summary, fix_hint, severity
+        return kind
+
+    @property
+    def name(self) -> str:
+        return str.__str__(self)
+
+    def __repr__(self) -> str:
+        return f"<CauseKind {self.code} {self.name}>"
+
+    # copies (dataclasses.asdict deep-copies) and pickles are the registry's object
+    def __copy__(self) -> "CauseKind":
+        return self
+
+    def __deepcopy__(self, memo) -> "CauseKind":
+        return self
+
+    def __reduce__(self):
+        return cause_kind, (self.name,)
 
 
-CAUSE_KINDS = {
-    kind.name: kind
-    for kind in (
-        CauseKind(
-            "DYN001",
-            "nondeterministic-op",
-            "An op produced different bits from bitwise-identical inputs.",
-            "Call torch.use_deterministic_algorithms(True) (detaudit.enable_determinism()) or replace the op.",
-        ),
-        CauseKind(
-            "DYN002",
-            "rng",
-            "A random op drew different numbers: the generator state differed between runs.",
-            "Seed every generator once at start-up and do not reseed from entropy (torch.seed(), unseeded Generators).",
-        ),
-        CauseKind(
-            "DYN003",
-            "uninitialized-memory",
-            "Values were read from an allocation (torch.empty*) that nothing wrote.",
-            "Use torch.zeros/torch.full, or write every element before reading it.",
-        ),
-        CauseKind(
-            "DYN004",
-            "external-input",
-            "Data entering from outside torch (numpy, Python values, files) differed between runs.",
-            "Make the data source deterministic: seed numpy Generators, sort file lists and sets.",
-        ),
-        CauseKind(
-            "DYN005",
-            "control-flow",
-            "The runs executed different ops or shapes.",
-            "Find what the branch or shape depends on (time, pid, hash order, unseeded randomness).",
-        ),
-        CauseKind(
-            "DYN006",
-            "thread-count",
-            "The result changes with the number of intra-op threads.",
-            "Pin torch.set_num_threads() for reproducible CPU results across machines.",
-            Severity.WARNING,
-        ),
-        CauseKind(
-            "DYN007",
-            "hash-order",
-            "The result changes with PYTHONHASHSEED: something iterates a set or uses hash().",
-            "Iterate sorted(...) instead of a set, or set PYTHONHASHSEED before the interpreter starts.",
-        ),
+#: every kind by name
+CAUSE_KINDS: dict[str, CauseKind] = {}
+
+
+def cause_kind(name: str) -> CauseKind:
+    return CAUSE_KINDS[name]
+
+
+def _register(kind: CauseKind) -> CauseKind:
+    clash = [known for known in CAUSE_KINDS.values() if kind.code == known.code or kind.name == known.name]
+    if clash:
+        raise ValueError(f"cause kind {kind.code} {kind.name} clashes with {clash[0].code} {clash[0].name}")
+    CAUSE_KINDS[kind.name] = kind
+    return kind
+
+
+NONDETERMINISTIC_OP = _register(
+    CauseKind(
+        "DYN001",
+        "nondeterministic-op",
+        "An op produced different bits from bitwise-identical inputs.",
+        "Call torch.use_deterministic_algorithms(True) (detaudit.enable_determinism()) or replace the op.",
     )
-}
+)
+RNG = _register(
+    CauseKind(
+        "DYN002",
+        "rng",
+        "A random op drew different numbers: the generator state differed between runs.",
+        "Seed every generator once at start-up and do not reseed from entropy (torch.seed(), unseeded Generators).",
+    )
+)
+UNINITIALIZED_MEMORY = _register(
+    CauseKind(
+        "DYN003",
+        "uninitialized-memory",
+        "Values were read from an allocation (torch.empty*) that nothing wrote.",
+        "Use torch.zeros/torch.full, or write every element before reading it.",
+    )
+)
+EXTERNAL_INPUT = _register(
+    CauseKind(
+        "DYN004",
+        "external-input",
+        "Data entering from outside torch (numpy, Python values, files) differed between runs.",
+        "Make the data source deterministic: seed numpy Generators, sort file lists and sets.",
+    )
+)
+CONTROL_FLOW = _register(
+    CauseKind(
+        "DYN005",
+        "control-flow",
+        "The runs executed different ops or shapes.",
+        "Find what the branch or shape depends on (time, pid, hash order, unseeded randomness).",
+    )
+)
+THREAD_COUNT = _register(
+    CauseKind(
+        "DYN006",
+        "thread-count",
+        "The result changes with the number of intra-op threads.",
+        "Pin torch.set_num_threads() for reproducible CPU results across machines.",
+        Severity.WARNING,
+    )
+)
+HASH_ORDER = _register(
+    CauseKind(
+        "DYN007",
+        "hash-order",
+        "The result changes with PYTHONHASHSEED: something iterates a set or uses hash().",
+        "Iterate sorted(...) instead of a set, or set PYTHONHASHSEED before the interpreter starts.",
+    )
+)
+PYTHON_VALUE = _register(
+    CauseKind(
+        "DYN008",
+        "python-value",
+        "A Python value passed to an op (an index, a number, a flag) differed between runs; its tensors did not.",
+        "Compute it from stable inputs: hashlib or zlib.crc32 instead of hash() on str (or set PYTHONHASHSEED), "
+        "sorted() instead of set order, no clocks or process ids.",
+    )
+)
 
-# which cause a variation turns a difference into, when pinning it removes the difference
-VARIATION_KINDS = {"threads": "thread-count", "hashseed": "hash-order"}
+
+# -- what a cause says about the other run ------------------------------------
+@dataclass(frozen=True)
+class OtherRunOp:
+    """Control flow: at the first mismatch, what the other run executed instead."""
+
+    reference_outputs: Sequence[str]  # what the reference run's op produced ("float32[16, 8]")
+    op: str
+    outputs: Sequence[str]
+    path: str
+    line: int
+
+    def describe(self) -> str:
+        return (
+            f"run 1 produced {self.reference_outputs}, the other run did {self.op} {self.outputs} "
+            f"at {self.path}:{self.line}"
+        )
+
+    def to_dict(self) -> dict:
+        return {
+            "reference_outputs": self.reference_outputs,
+            "op": self.op,
+            "outputs": self.outputs,
+            "path": self.path,
+            "line": self.line,
+        }
+
+
+@dataclass(frozen=True)
+class ExtraOps:
+    """Control flow: one run executed more ops than the other; the first extra one."""
+
+    count: int
+    op: str
+    path: str
+    line: int
+
+    def describe(self) -> str:
+        return f"one run ran {self.count} more ops, from {self.op} at {self.path}:{self.line}"
+
+    def to_dict(self) -> dict:
+        return {"note": self.describe()}
+
+
+@dataclass(frozen=True)
+class RngStateChange:
+    """An RNG cause: the last call before it that left the generators in a different state."""
+
+    call: str  # "torch.seed"
+    path: str
+    line: int
+    step: int
+
+    def describe(self) -> str:
+        where = f"{self.path}:{self.line}"
+        return f"the generator state was set differently by {self.call}() at {where} (step {self.step})."
+
+    def to_dict(self) -> dict:
+        return {"note": self.describe(), "call": self.call, "path": self.path, "line": self.line}
+
+
+OtherSide = Union[OtherRunOp, ExtraOps, RngStateChange]

@@ -9,6 +9,8 @@ the op names or output shapes stop matching (a control-flow divergence) record
   an allocation nothing wrote, else a nondeterministic kernel);
 * a root cause when a differing input entered from outside torch (an external
   input, located where it entered) or came from uninitialized memory;
+* a root cause when only a plain argument differs (a Python value: an index,
+  a scalar, a flag computed in Python);
 * *propagated* otherwise: it only differs because something upstream did.
 
 An RNG cause also names the last call before it that left the generator in a
@@ -18,75 +20,50 @@ when the tracer saw one.
 
 from __future__ import annotations
 
-import json
-from dataclasses import dataclass, field
-from pathlib import Path
+from dataclasses import dataclass
+from typing import NamedTuple
 
-from detaudit.dynamic.tracer import (
-    ARGS,
-    INPUTS,
-    LEAVES,
-    LINE,
-    MODULE,
-    OP,
-    OUT_META,
-    OUTPUTS,
-    PATH,
-    PHASE,
-    RNG_BEFORE_OP,
-    RNG_CALL,
-    RNG_LINE,
-    RNG_PATH,
-    RNG_STATE,
-    RNG_STEP,
-    SEEDED,
-    STEP,
-    UNINIT,
+from detaudit.dynamic.causes import (
+    CONTROL_FLOW,
+    EXTERNAL_INPUT,
+    NONDETERMINISTIC_OP,
+    PYTHON_VALUE,
+    RNG,
+    UNINITIALIZED_MEMORY,
+    CauseKind,
+    ExtraOps,
+    OtherRunOp,
+    OtherSide,
+    RngStateChange,
 )
-
-NONDETERMINISTIC_OP = "nondeterministic-op"
-RNG = "rng"
-UNINITIALIZED_MEMORY = "uninitialized-memory"
-EXTERNAL_INPUT = "external-input"
-CONTROL_FLOW = "control-flow"
+from detaudit.dynamic.trace_format import ALLOCATED, EXTERNAL, PRODUCED, UNINIT, OpRecord, Trace
 
 
-@dataclass
-class Trace:
-    ops: list[tuple | list]  # records (tracer field order): tuples in-process, lists read back from JSON
-    digests: list[int]
-    rng_events: list[tuple | list] = field(default_factory=list)  # generator state changes (tracer RNG_* fields)
+class Site(NamedTuple):
+    """What a cause is and where: the same site in several pairs is one cause."""
 
-    @classmethod
-    def load(cls, path: str | Path) -> "Trace":
-        data = json.loads(Path(path).read_text())
-        return cls(data["ops"], data["digests"], data.get("rng_events", []))
-
-    def value(self, digest_id: int):
-        return "uninitialized" if digest_id == UNINIT else self.digests[digest_id]
+    kind: CauseKind
+    op: str
+    path: str
+    line: int
+    module: str
+    phase: str
 
 
 @dataclass
 class CauseAt:
     """One root cause found in one pair of runs."""
 
-    kind: str
+    kind: CauseKind
     record: int  # where it is reported (the allocation for uninitialized memory)
     capture_record: int  # the record whose tensors show the deviation
     capture_side: str  # "outputs" or "inputs"
     capture_position: int | None = None  # which input; None = every output
-    other_side: dict = field(default_factory=dict)  # control flow: what the other run did instead
+    other_side: OtherSide | None = None  # control flow: what the other run did; RNG: where the state changed
 
-    def site(self, trace: Trace) -> dict:
+    def site(self, trace: Trace) -> Site:
         record = trace.ops[self.record]
-        return {
-            "kind": self.kind,
-            "op": record[OP],
-            "path": record[PATH],
-            "line": record[LINE],
-            "module": record[MODULE],
-            "phase": record[PHASE],
-        }
+        return Site(self.kind, record.op, record.path, record.line, record.module, record.phase)
 
 
 @dataclass
@@ -107,12 +84,12 @@ def compare_traces(a: Trace, b: Trace) -> PairComparison:
     aligned = min(len(a.ops), len(b.ops))
     for index in range(aligned):
         ra, rb = a.ops[index], b.ops[index]
-        if ra[OP] != rb[OP] or ra[OUT_META] != rb[OUT_META] or len(ra[INPUTS]) != len(rb[INPUTS]):
+        if ra.op != rb.op or ra.out_meta != rb.out_meta or len(ra.inputs) != len(rb.inputs):
             causes.append(_control_flow(index, ra, rb))
             return PairComparison(causes, propagated, index)
-        inputs_differ = _differs(a, b, ra[INPUTS], rb[INPUTS])
-        outputs_differ = bool(_differs(a, b, ra[OUTPUTS], rb[OUTPUTS]))
-        args_differ = ra[ARGS] != rb[ARGS]
+        inputs_differ = _differs(a, b, ra.inputs, rb.inputs)
+        outputs_differ = bool(_differs(a, b, ra.outputs, rb.outputs))
+        args_differ = ra.args != rb.args
         if not (inputs_differ or outputs_differ or args_differ):
             continue
         cause = _classify(a, b, ra, index, inputs_differ, outputs_differ, args_differ, differing_records)
@@ -130,73 +107,68 @@ def compare_traces(a: Trace, b: Trace) -> PairComparison:
                 record=aligned - 1 if aligned else 0,
                 capture_record=-1,
                 capture_side="",
-                other_side={"note": f"one run ran {abs(len(a.ops) - len(b.ops))} more ops, from {extra[OP]} "
-                            f"at {extra[PATH]}:{extra[LINE]}"},
+                other_side=ExtraOps(abs(len(a.ops) - len(b.ops)), extra.op, extra.path, extra.line),
             )
         )
     return PairComparison(causes, propagated, aligned)
 
 
-def _control_flow(index: int, reference: list, other: list) -> CauseAt:
+def _control_flow(index: int, reference: OpRecord, other: OpRecord) -> CauseAt:
     return CauseAt(
         CONTROL_FLOW,
         record=index,
         capture_record=-1,
         capture_side="",
-        other_side={
-            "reference_outputs": reference[OUT_META],
-            "op": other[OP],
-            "outputs": other[OUT_META],
-            "path": other[PATH],
-            "line": other[LINE],
-        },
+        other_side=OtherRunOp(reference.out_meta, other.op, other.out_meta, other.path, other.line),
     )
 
 
 def _classify(
-    trace, other, record, index, inputs_differ, outputs_differ, args_differ, differing_records
+    trace: Trace,
+    other: Trace,
+    record: OpRecord,
+    index: int,
+    inputs_differ: list[int],
+    outputs_differ: bool,
+    args_differ: bool,
+    differing_records: set[int],
 ) -> CauseAt | None:
-    leaves = {position: (kind, origin) for position, kind, origin in record[LEAVES]}
+    """The root cause record ``index`` is, or None when it only propagates a difference."""
+    leaves = {position: (source, origin) for position, source, origin in record.leaves}
     for position in inputs_differ:
-        kind, origin = leaves.get(position, ("op", None))
-        if kind == "alloc":
+        source, origin = leaves.get(position, (PRODUCED, None))
+        if source == ALLOCATED:
             return CauseAt(UNINITIALIZED_MEMORY, origin, index, "inputs", position)
-        if kind == "external" and (origin == index or origin not in differing_records):
+        if source == EXTERNAL and (origin == index or origin not in differing_records):
             return CauseAt(EXTERNAL_INPUT, index, index, "inputs", position)
     if inputs_differ:
         return None
-    if args_differ:  # a plain Python value (number, shape, flag) entered from outside torch
-        return CauseAt(EXTERNAL_INPUT, index, index, "outputs")
+    if args_differ:  # a value computed in Python (hash(), set order, time) entered as an argument
+        return CauseAt(PYTHON_VALUE, index, index, "outputs")
     if not outputs_differ:
         return None
-    if record[SEEDED]:
+    if record.seeded:
         return CauseAt(RNG, index, index, "outputs", other_side=_rng_state_change(trace, other, index))
-    for position, ref in enumerate(record[INPUTS]):
-        kind, origin = leaves.get(position, ("op", None))
-        if ref == UNINIT or kind == "alloc":
+    for position, ref in enumerate(record.inputs):
+        source, origin = leaves.get(position, (PRODUCED, None))
+        if ref == UNINIT or source == ALLOCATED:
             return CauseAt(UNINITIALIZED_MEMORY, origin if origin is not None else index, index, "outputs")
     return CauseAt(NONDETERMINISTIC_OP, index, index, "outputs")
 
 
-def _rng_state_change(a: Trace, b: Trace, index: int) -> dict:
+def _rng_state_change(a: Trace, b: Trace, index: int) -> RngStateChange | None:
     """The last generator-state change before record ``index`` that left a
-    different state in the two runs ({} when none was seen)."""
+    different state in the two runs (None when none was seen)."""
     changed = None
     for event_a, event_b in zip(a.rng_events, b.rng_events):
-        if event_a[RNG_BEFORE_OP] > index:
+        if event_a.before_op > index:
             break
-        if event_a[RNG_STATE] != event_b[RNG_STATE]:
+        if event_a.state != event_b.state:
             changed = event_a
     if changed is None:
-        return {}
-    where = f"{changed[RNG_PATH]}:{changed[RNG_LINE]}"
-    return {
-        "note": f"the generator state was set differently by {changed[RNG_CALL]}() at {where} (step {changed[RNG_STEP]}).",
-        "call": changed[RNG_CALL],
-        "path": changed[RNG_PATH],
-        "line": changed[RNG_LINE],
-    }
+        return None
+    return RngStateChange(changed.call, changed.path, changed.line, changed.step)
 
 
 def first_step(trace: Trace, record: int) -> int:
-    return trace.ops[record][STEP] if 0 <= record < len(trace.ops) else 0
+    return trace.ops[record].step if 0 <= record < len(trace.ops) else 0

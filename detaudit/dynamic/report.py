@@ -11,7 +11,7 @@ import io
 from dataclasses import asdict, dataclass, field
 from xml.etree import ElementTree
 
-from detaudit.dynamic.causes import CAUSE_KINDS
+from detaudit.dynamic.causes import CauseKind, OtherSide
 from detaudit.findings import Finding
 
 DETERMINISTIC = "deterministic"
@@ -20,7 +20,7 @@ NONDETERMINISTIC = "nondeterministic"
 
 @dataclass
 class RootCause:
-    kind: str
+    kind: CauseKind  # equal to its name ("nondeterministic-op")
     op: str
     path: str
     line: int
@@ -31,17 +31,19 @@ class RootCause:
     first_step: int
     max_abs_diff: float | None = None  # of the tensor it produced (or that entered); None if not measured
     hint: str = ""
-    other_side: dict = field(default_factory=dict)  # control flow: what the other run did
+    other_side: OtherSide | None = None  # control flow: what the other run did; RNG: where the state changed
 
     @property
     def code(self) -> str:
-        return CAUSE_KINDS[self.kind].code
+        return self.kind.code
 
     def to_dict(self) -> dict:
         data = asdict(self)
         data["code"] = self.code
-        if not self.other_side:
+        if self.other_side is None:
             data.pop("other_side")
+        else:
+            data["other_side"] = self.other_side.to_dict()
         return data
 
     def message(self) -> str:
@@ -49,15 +51,8 @@ class RootCause:
         text = f"{self.kind}: {self.op} ({self.phase}{where}) differed in {self.seen} of {self.pairs} run pairs"
         if self.max_abs_diff is not None:
             text += f", max |diff| {self.max_abs_diff:.3g}"
-        if self.other_side:
-            other = self.other_side
-            if "op" in other:
-                text += (
-                    f"; run 1 produced {other['reference_outputs']}, the other run did {other['op']} "
-                    f"{other['outputs']} at {other['path']}:{other['line']}"
-                )
-            else:
-                text += f"; {other.get('note', '')}"
+        if self.other_side is not None:
+            text += f"; {self.other_side.describe()}"
         if self.hint:
             text += f". {self.hint}"
         return text
@@ -117,7 +112,7 @@ class RunReport:
     def findings(self) -> list[Finding]:
         findings = []
         for cause in self.root_causes:
-            kind = CAUSE_KINDS[cause.kind]
+            kind = cause.kind
             findings.append(
                 Finding(
                     code=kind.code,
@@ -162,9 +157,9 @@ class RunReport:
                 )
             console.print(table)
             for cause in self.root_causes:
-                details = [cause.hint or CAUSE_KINDS[cause.kind].fix_hint]
-                if cause.other_side:
-                    details.insert(0, cause.message().split("; ", 1)[-1].split(". ")[0])
+                details = [cause.hint or cause.kind.fix_hint]
+                if cause.other_side is not None:
+                    details.insert(0, cause.other_side.describe())
                 console.print(f"  {cause.path}:{cause.line} {cause.op}: " + " ".join(details), highlight=False)
         if self.tensors:
             table = Table(title="Differing tensors after the last step", title_justify="left")

@@ -14,9 +14,7 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from detaudit.dynamic.launch import LaunchOptions, ScriptResult, run_script
-
-VARIATIONS = ("threads", "hashseed")
-BASE_THREADS, VARIED_THREADS = 1, 2
+from detaudit.dynamic.variations import VARIATIONS
 
 
 class ScriptFailed(Exception):
@@ -26,16 +24,6 @@ class ScriptFailed(Exception):
         self.repeat = repeat
         self.result = result
         super().__init__(f"run {repeat + 1} of the script {result.describe_failure()}")
-
-
-def repeat_settings(repeats: int, vary: str | None) -> list:
-    """Per-repeat value of the varied knob: runs 0 and 1 share the base value
-    (the control pair), later runs use other values."""
-    if vary is None:
-        return [None] * repeats
-    if vary == "threads":
-        return [BASE_THREADS, BASE_THREADS] + [VARIED_THREADS * (i + 1) for i in range(repeats - 2)]
-    return ["0", "0"] + [str(i + 1) for i in range(repeats - 2)]
 
 
 def audit_script(
@@ -55,18 +43,14 @@ def audit_script(
     from detaudit.dynamic.compare import Trace
     from detaudit.dynamic.state import load_state
 
-    settings = repeat_settings(repeats, vary)
+    variation = VARIATIONS[vary] if vary else None
+    settings = variation.settings(repeats) if variation else []
     base = LaunchOptions(seed=seed, max_steps=steps, deterministic=deterministic, trace=True, save_state=True)
 
     def options_for(repeat: int, output_dir: Path, **extra) -> LaunchOptions:
-        setting = settings[repeat]
-        return replace(
-            base,
-            output_dir=output_dir,
-            threads=setting if vary == "threads" else None,
-            hash_seed=setting if vary == "hashseed" else None,
-            **extra,
-        )
+        if variation:
+            extra[variation.launch_option] = settings[repeat]
+        return replace(base, output_dir=output_dir, **extra)
 
     def launch(repeat: int, options: LaunchOptions) -> ScriptResult:
         result = run_script(script, script_args, options=options, timeout=timeout, cwd=cwd)
@@ -101,6 +85,5 @@ def audit_script(
             steps=steps,
             environment=results[0].payload.get("environment", {}),
             capture=capture,
-            vary=vary,
-            settings=settings if vary else None,
+            variation=variation,
         )

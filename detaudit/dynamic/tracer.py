@@ -34,7 +34,6 @@ from __future__ import annotations
 import functools
 import gc
 import importlib
-import json
 import os
 import sys
 import weakref
@@ -46,6 +45,18 @@ import torch
 from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from detaudit.dynamic.trace_format import (
+    ALLOCATED,
+    BACKWARD,
+    EXTERNAL,
+    FORWARD,
+    OPTIMIZER,
+    PRODUCED,
+    UNINIT,
+    OpRecord,
+    RngEvent,
+    Trace,
+)
 from detaudit.dynamic.watch import StopRun, user_frame
 from detaudit.knowledge.apis import RESEED_FROM_ENTROPY, RNG_STATE_RESTORERS, SEED_PARAMETERS
 
@@ -53,7 +64,6 @@ from detaudit.knowledge.apis import RESEED_FROM_ENTROPY, RNG_STATE_RESTORERS, SE
 # starts from one): never compared, never reported.
 ALLOCATION_OPS = frozenset({"empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided", "empty_permuted"})
 _UNTRACED_NAMESPACES = frozenset({"profiler"})  # record_function markers: no data
-UNINIT = -1  # digest id of an allocation op's output: equal in every run on purpose
 _STAGE_LIMIT = 8192  # flush early when this many digests wait on the device
 _MIN_FORGET_AT = 4096  # entries in the storage tables before freed storages are first dropped
 _WEIGHT_MULTIPLIER = 0x9E3779B97F4A7C15 - (1 << 64)  # golden-ratio constant as a signed int64
@@ -79,12 +89,6 @@ _RNG_STATE_SETTERS = tuple(
         if name.startswith("torch.")
     )
 )
-
-# fields of one record (a flat tuple, so the trace stays compact JSON)
-OP, PHASE, PATH, LINE, MODULE, STEP, OUT_META, ARGS, INPUTS, OUTPUTS, LEAVES, SEEDED = range(12)
-# fields of one RNG state change: the function, where it was called, the step,
-# how many ops were recorded before it, and a digest of the state it left
-RNG_CALL, RNG_PATH, RNG_LINE, RNG_STEP, RNG_BEFORE_OP, RNG_STATE = range(6)
 
 
 def _plain(value) -> str:
@@ -193,18 +197,19 @@ class _OpRecorder(TorchDispatchMode):
 
 class OpTracer:
     def __init__(self, capture_ops=()):
-        self.records: list[tuple] = []
+        self.records: list[tuple] = []  # OpRecord fields as plain tuples (see record())
         self.digests: list[int] = []  # host digests; a digest id indexes this list once flushed
         self._staged: list[torch.Tensor | int] = []
         self._tensor_digest: dict[tuple, tuple] = {}  # layout key -> (storage ref, version, digest id)
-        self._storage_origin: dict[int, tuple] = {}  # id(storage) -> (storage ref, ("op"|"alloc"|"external", record))
+        # id(storage) -> (storage ref, (PRODUCED, ALLOCATED or EXTERNAL, record index))
+        self._storage_origin: dict[int, tuple] = {}
         self._forget_at = _MIN_FORGET_AT  # table size at which entries of freed storages are dropped
         self._froze_gc = False
         self._forward_sites: dict[int, tuple] = {}  # grad_fn sequence nr -> (file, line, module)
         self._op_info: dict = {}
         self._out_meta: dict[tuple, str] = {}  # (dtype, shape) -> "float32[2, 3]"
         self._weights: dict[tuple, torch.Tensor] = {}  # (device, int dtype) -> position weights
-        self.rng_events: list[tuple] = []  # calls that set the generator state (RNG_* fields)
+        self.rng_events: list[RngEvent] = []  # calls that set the generator state
         self._in_rng_setter = False  # torch.manual_seed calls torch.cuda.manual_seed_all: record the outer call
         self._patched_setters: list[tuple] = []  # (module, attribute, original function)
         self.capture_ops = set(capture_ops)
@@ -278,13 +283,13 @@ class OpTracer:
         finally:
             self.paused = False
         self.rng_events.append(
-            (
-                name,
-                frame.f_code.co_filename if frame else "",
-                frame.f_lineno if frame else 0,
-                self.watcher.steps + 1 if self.watcher else 1,
-                len(self.records),
-                state,
+            RngEvent(
+                call=name,
+                path=frame.f_code.co_filename if frame else "",
+                line=frame.f_lineno if frame else 0,
+                step=self.watcher.steps + 1 if self.watcher else 1,
+                before_op=len(self.records),
+                state=state,
             )
         )
 
@@ -306,10 +311,10 @@ class OpTracer:
         if node is not None:
             site = self._forward_sites.get(node._sequence_nr())
             if site is not None:
-                return ("backward", *site)
-            phase = "backward"
+                return (BACKWARD, *site)
+            phase = BACKWARD
         else:
-            phase = "optimizer" if self.watcher and self.watcher.in_optimizer else "forward"
+            phase = OPTIMIZER if self.watcher and self.watcher.in_optimizer else FORWARD
         frame = user_frame(sys._getframe(1))
         if frame is None:
             return phase, "", 0, self._module()
@@ -374,7 +379,7 @@ class OpTracer:
         try:
             storage = tensor.untyped_storage()
         except (RuntimeError, NotImplementedError):
-            return self._stage_digest(tensor), ("external", record_index)
+            return self._stage_digest(tensor), (EXTERNAL, record_index)
         known = self._tensor_digest.get(self._layout_key(tensor, storage))
         if known is not None and known[0]() is storage and tensor._version in known[1]:
             # an untouched allocation is reported with its origin: reading it is a bug
@@ -389,7 +394,7 @@ class OpTracer:
         entry = self._storage_origin.get(id(storage))
         if entry is not None and entry[0]() is storage:
             return entry[1]
-        origin = ("external", record_index)
+        origin = (EXTERNAL, record_index)
         self._storage_origin[id(storage)] = (weakref.ref(storage), origin)
         return origin
 
@@ -421,7 +426,7 @@ class OpTracer:
         except (RuntimeError, NotImplementedError):
             return self._stage_digest(tensor)
         if info.is_allocation:
-            self._storage_origin[id(storage)] = (weakref.ref(storage), ("alloc", record_index))
+            self._storage_origin[id(storage)] = (weakref.ref(storage), (ALLOCATED, record_index))
             self._remember(tensor, storage, UNINIT)
             return UNINIT
         if info.is_view and not written:
@@ -440,7 +445,7 @@ class OpTracer:
         covers_storage = tensor.numel() * tensor.element_size() >= storage.nbytes()
         origin_entry = self._storage_origin.get(id(storage))
         if not written or covers_storage or origin_entry is None or origin_entry[0]() is not storage:
-            self._storage_origin[id(storage)] = (weakref.ref(storage), ("op", record_index))
+            self._storage_origin[id(storage)] = (weakref.ref(storage), (PRODUCED, record_index))
         digest_id = self._stage_digest(tensor)
         self._remember(tensor, storage, digest_id, written)
         return digest_id
@@ -489,9 +494,11 @@ class OpTracer:
         written_ids = {id(t) for t in written}
         outputs = [self._output_ref(t, info, record_index, id(t) in written_ids, view_of) for t in out_tensors]
         out_meta = tuple(self._meta(v) if isinstance(v, torch.Tensor) else _plain(v) for v in flat_result)
-        # A tuple of atomic values and tuples: the garbage collector stops
-        # tracking it, so full collections do not walk the whole trace (with
-        # lists they cost more than the tracing itself on small ops).
+        # OpRecord's fields as a plain tuple of atomic values and tuples: the
+        # garbage collector stops tracking it, so full collections do not walk
+        # the whole trace (with lists they cost more than the tracing itself
+        # on small ops).  It keeps tracking a tuple subclass such as OpRecord:
+        # trace_data() makes those, once, at the end.
         self.records.append(
             (
                 info.name,
@@ -521,7 +528,7 @@ class OpTracer:
 
     # -- output ------------------------------------------------------------
     def trace_data(self) -> dict:
-        """The trace as plain data, with source paths relative to the working directory."""
+        """The fields of the ``Trace``, with source paths relative to the working directory."""
         self.flush()
         cwd = os.getcwd()
 
@@ -530,17 +537,15 @@ class OpTracer:
             return os.path.relpath(filename, cwd) if filename.startswith(cwd + os.sep) else filename
 
         return {
-            "ops": [(*record[:PATH], relative(record[PATH]), *record[PATH + 1 :]) for record in self.records],
+            "ops": [OpRecord(op, phase, relative(path), *rest) for op, phase, path, *rest in self.records],
             "digests": self.digests,
-            "rng_events": [
-                (*event[:RNG_PATH], relative(event[RNG_PATH]), *event[RNG_PATH + 1 :]) for event in self.rng_events
-            ],
+            "rng_events": [event._replace(path=relative(event.path)) for event in self.rng_events],
         }
 
     def save(self, output_dir: Path) -> dict:
         """Write trace.json (and capture.pt); returns their paths for the payload."""
         trace_file = Path(output_dir) / "trace.json"
-        trace_file.write_text(json.dumps(self.trace_data()))
+        Trace(**self.trace_data()).save(trace_file)
         files = {"trace_file": str(trace_file)}
         if self.captured:
             capture_file = Path(output_dir) / "capture.pt"

@@ -1,0 +1,36 @@
+"""The cause registry (one object per kind, equal to its name wherever it goes) and the table of variations."""
+
+from __future__ import annotations
+
+import copy
+import json
+import pickle
+from dataclasses import fields
+
+import pytest
+
+from detaudit.dynamic.causes import CAUSE_KINDS, RNG, CauseKind, _register
+from detaudit.dynamic.launch import LaunchOptions
+from detaudit.dynamic.variations import VARIATIONS
+
+
+def test_a_kind_is_its_name_and_stays_the_registrys_object():
+    assert RNG == "rng" and RNG.name == "rng" and type(RNG.name) is str and f"{RNG}" == "rng"
+    assert CAUSE_KINDS["rng"] is RNG and RNG.code == "DYN002"
+    assert copy.deepcopy(RNG) is RNG and pickle.loads(pickle.dumps(RNG)) is RNG
+    assert json.dumps({"kind": RNG}) == '{"kind": "rng"}'
+
+
+def test_codes_and_names_are_unique():
+    assert len({kind.code for kind in CAUSE_KINDS.values()}) == len(CAUSE_KINDS)
+    with pytest.raises(ValueError, match="clashes with DYN002 rng"):
+        _register(CauseKind("DYN099", "rng", "", ""))
+
+
+def test_each_variation_keeps_a_control_pair_then_varies_a_launch_option():
+    assert VARIATIONS["threads"].settings(4) == [1, 1, 2, 4]
+    assert VARIATIONS["hashseed"].settings(4) == ["0", "0", "1", "2"]
+    launch_options = {f.name for f in fields(LaunchOptions)}
+    for variation in VARIATIONS.values():
+        assert variation.launch_option in launch_options
+        assert CAUSE_KINDS[variation.cause.name] is variation.cause
