@@ -30,7 +30,7 @@ import torch
 import torch.nn.functional as F
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from detaudit.knowledge.ops import OpsTable, alert_caller, parse_ops_table, version_in_range
+from detaudit.knowledge.ops import SCHEMA_FILE, OpsTable, alert_caller, parse_ops_table, version_in_range
 
 DEFAULT_REPEATS = 5
 CPU_THREADS = 2  # the CPU index_put race needs at least two threads (research note §8.3)
@@ -578,6 +578,9 @@ def calibrated_table(base: OpsTable, measurements: list[Measurement], device: st
     date = datetime.date.today().isoformat()
     by_id = {m.entry_id: m for m in measurements if m.error is None}
     document = base.to_document()
+    document.pop("$schema", None)
+    # the table is written elsewhere, so point editors at this installation's schema
+    document = {"$schema": SCHEMA_FILE.as_uri(), **document}
     document["ops"] = [
         _recalibrated_entry(raw, by_id[raw["id"]], device, version, date) if raw["id"] in by_id else raw
         for raw in document["ops"]
