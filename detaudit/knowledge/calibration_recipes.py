@@ -332,3 +332,10 @@ def _bmm_sparse(x: Inputs) -> Probe:
 def _topk(x: Inputs) -> Probe:
     values = x.ties(256, 1024, grad=True)
     return Probe(lambda: torch.topk(values, 64), (values,))
+
+
+@recipe("resize_quantized")
+def _resize_quantized(x: Inputs) -> Probe:
+    quantized = torch.quantize_per_tensor(x.randn(64), 0.1, 0, torch.quint8)
+    # int_repr: the raw uint8 values, new (uninitialized) elements included
+    return Probe(lambda: quantized.clone().resize_(65536).int_repr())
