@@ -1,0 +1,99 @@
+"""The settings table: its loader, its facts against the installed torch, and
+the rule that it is the only place in ``detaudit/`` spelling a backend flag."""
+
+from __future__ import annotations
+
+import ast
+import copy
+import inspect
+import json
+import os
+import re
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from detaudit.knowledge.backend_settings import (
+    SHIPPED_TABLE,
+    SettingsTableError,
+    backend_settings,
+    parse_backend_settings,
+)
+from detaudit.static.engine import check_source
+
+REPO = Path(__file__).resolve().parents[1]
+PACKAGE = REPO / "detaudit"
+
+
+def run_python(code: str, env_extra: dict | None = None) -> str:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TORCHINDUCTOR_")}
+    env.update({"PYTHONPATH": str(REPO), **(env_extra or {})})
+    done = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, env=env, timeout=180
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+# --- the loader ---------------------------------------------------------------------
+
+
+def shipped_document() -> dict:
+    return json.loads(SHIPPED_TABLE.read_text(encoding="utf-8"))
+
+
+def test_shipped_table_loads_with_typed_entries():
+    table = backend_settings()
+    benchmark = table["cudnn-benchmark"]
+    assert benchmark.key == "torch.backends.cudnn.benchmark"
+    assert benchmark.is_risky(True) and not benchmark.is_risky(False) and not benchmark.is_risky(1)
+    assert benchmark.hazard.problem and benchmark.hazard.why and benchmark.hazard.cost and benchmark.hazard.sources
+    cublas = table["cublas-workspace-config"]
+    assert cublas.key == "env.CUBLAS_WORKSPACE_CONFIG"
+    assert cublas.is_risky(None) and cublas.is_risky(":0:0") and not cublas.is_risky(":16:8")
+    assert table.namespaces["torch.backends.cudnn"].flags[:2] == ("enabled", "benchmark")
+    # legacy TF32 getters are read after the API that supersedes them
+    order = [s.id for s in table.settings]
+    assert order.index("cudnn-conv-fp32-precision") < order.index("cudnn-allow-tf32")
+    assert backend_settings() is table  # read once per process
+
+
+@pytest.mark.parametrize(
+    "edit, message",
+    [
+        (lambda d: d.update(schema_version=99), r"\$\.schema_version: 99 is newer than this detaudit reads"),
+        (lambda d: d["settings"][0].update(hazard="nope"), r"\$\.settings\[0\]\.hazard: no hazard 'nope'"),
+        (lambda d: d["settings"][5]["spellings"][0].update(torch="2.9+"), r"\$\.settings\[5\]\.spellings\[0\]\.torch: '2.9\+' is not a version clause"),
+        (lambda d: d["settings"][1].update(enable_determinism="sometimes"), r"\$\.settings\[1\]\.enable_determinism: 'sometimes' is not one of"),
+        (lambda d: d["settings"][5].update(colour="red"), r"\$\.settings\[5\]: unknown key 'colour'"),
+        (lambda d: d["settings"][5].update(safe=True), r"\$\.settings\[5\]: the safe value True is also risky"),
+        (lambda d: d["settings"][0]["spellings"][0].pop("argument"), r"\$\.settings\[0\]\.spellings\[0\]: a 'write' function needs the 'argument'"),
+        (lambda d: d["settings"].append(copy.deepcopy(d["settings"][0])), r"duplicate id 'deterministic-algorithms'"),
+        (lambda d: d["settings"][5]["spellings"][0].update(attribute="torch.backends.cudnn.benchmarks"), r"'benchmarks' is not listed in namespaces\['torch.backends.cudnn'\]"),
+        (lambda d: d["hazards"]["autotuning"].update(problem="{name} is {value}"), r"\$\.hazards\.autotuning\.problem: the only placeholder"),
+        (lambda d: d["settings"].insert(0, d["settings"].pop(18)), r"'cudnn-fp32-precision' must come first"),
+    ],
+)
+def test_bad_tables_are_refused_with_the_json_path(edit, message):
+    document = shipped_document()
+    edit(document)
+    with pytest.raises(SettingsTableError, match=message):
+        parse_backend_settings(document, "edited.json")
+
+
+# --- the facts, against the installed torch ------------------------------------------
+
+
+def test_debug_modes_cover_both_settings_alike():
+    """set_deterministic_debug_mode writes two settings: the table maps every
+    mode for both."""
+    table = backend_settings()
+    for on in table["deterministic-algorithms"].writers:
+        if on.values is not None:
+            (warn,) = [w for w in table["deterministic-warn-only"].writers if w.write == on.write]
+            assert [mode for mode, _ in on.values] == [mode for mode, _ in warn.values]
+
+
