@@ -87,6 +87,32 @@ def test_bad_tables_are_refused_with_the_json_path(edit, message):
 # --- the facts, against the installed torch ------------------------------------------
 
 
+def test_every_setting_reads_on_this_torch_with_its_documented_default():
+    """In a fresh interpreter (Inductor imported, no TORCHINDUCTOR_* set), every
+    setting the table puts on this torch exists and has the default it states."""
+    out = run_python(
+        """
+        import json, torch, torch._inductor.config
+        from detaudit.knowledge.backend_settings import backend_settings
+        from detaudit.runtime.settings import reader
+        values = {}
+        for setting in backend_settings().settings:
+            get = reader(torch, setting)
+            if get is not None:
+                values[setting.id] = get()
+        print(json.dumps(values))
+        """
+    )
+    values = json.loads(out)
+    import torch
+
+    for setting in backend_settings().settings:
+        if setting.spellings[0].environment is not None:
+            continue
+        assert any(s.exists_on(torch.__version__) for s in setting.spellings), setting.id
+        assert values[setting.id] == setting.default, setting.id
+
+
 def test_debug_modes_cover_both_settings_alike():
     """set_deterministic_debug_mode writes two settings: the table maps every
     mode for both."""
@@ -97,3 +123,39 @@ def test_debug_modes_cover_both_settings_alike():
             assert [mode for mode, _ in on.values] == [mode for mode, _ in warn.values]
 
 
+def test_older_torch_takes_the_legacy_spellings():
+    """On a torch older than the fp32_precision API (2.9), the table's version
+    ranges make the runtime read and switch TF32 through the legacy API.  The
+    installed torch (2.13) still has those setters, so the version string alone
+    is set back to 2.8.0 to take that path on real torch."""
+    out = run_python(
+        """
+        import json, torch
+        import torch._inductor.config  # use_deterministic_algorithms imports it; keeps the keys alike
+        torch.__version__ = "2.8.0"
+        import detaudit
+        from detaudit.runtime.environment import fingerprint
+        torch.set_float32_matmul_precision("high")
+        before = fingerprint()
+        changes = detaudit.enable_determinism()
+        during = fingerprint()
+        changes.restore()
+        after = fingerprint()
+        print(json.dumps({
+            "changed": [c.name for c in changes.changes],
+            "notes": changes.notes,
+            "fp32_keys": sorted(k for k in before if k.endswith("fp32_precision")),
+            "during": [during["torch.get_float32_matmul_precision"], during["torch.backends.cudnn.allow_tf32"]],
+            "restored": before == after,
+            "issues": [i.setting for i in detaudit.status().issues],
+        }))
+        """
+    )
+    result = json.loads(out)
+    assert "torch.set_float32_matmul_precision" in result["changed"]
+    assert "torch.backends.cudnn.allow_tf32" in result["changed"]
+    assert not [name for name in result["changed"] if name.endswith("fp32_precision")]
+    assert result["fp32_keys"] == []
+    assert result["during"] == ["highest", False]
+    assert result["restored"]
+    assert "CUBLAS_WORKSPACE_CONFIG: not needed (this torch has no CUDA)" in result["notes"]
