@@ -113,6 +113,38 @@ def test_every_setting_reads_on_this_torch_with_its_documented_default():
         assert values[setting.id] == setting.default, setting.id
 
 
+def test_flags_parameters_are_torchs_signatures():
+    import torch
+    import torch.backends.mkldnn  # noqa: F401
+    import torch.backends.nnpack  # noqa: F401
+    import torch.backends.opt_einsum  # noqa: F401
+
+    for name, namespace in backend_settings().namespaces.items():
+        if namespace.flags:
+            flags = eval(f"{name}.flags", {"torch": torch})  # noqa: S307 (a dotted name from our own table)
+            assert tuple(inspect.signature(flags).parameters) == namespace.flags, name
+
+
+def test_unknown_backend_flag_knows_every_real_setting():
+    """Every setting torch's backend namespaces really have (their properties and
+    flag descriptors, read from the installed torch) is in the knowledge base,
+    so a correct assignment is never reported."""
+    import torch
+    import torch.backends.cudnn.rnn  # noqa: F401
+    import torch.backends.mkldnn  # noqa: F401
+    import torch.backends.opt_einsum  # noqa: F401
+
+    for namespace, known in ((n, ns.attributes) for n, ns in backend_settings().namespaces.items()):
+        obj = eval(namespace, {"torch": torch})  # noqa: S307 (a dotted name from our own table)
+        settable = {
+            name
+            for klass in type(obj).__mro__
+            for name, value in vars(klass).items()
+            if not name.startswith("_") and hasattr(value, "__set__")
+        }
+        assert settable <= known, f"{namespace}: {sorted(settable - known)}"
+
+
 def test_debug_modes_cover_both_settings_alike():
     """set_deterministic_debug_mode writes two settings: the table maps every
     mode for both."""
@@ -121,6 +153,19 @@ def test_debug_modes_cover_both_settings_alike():
         if on.values is not None:
             (warn,) = [w for w in table["deterministic-warn-only"].writers if w.write == on.write]
             assert [mode for mode, _ in on.values] == [mode for mode, _ in warn.values]
+
+
+def test_flags_context_managers_of_every_namespace_are_linted():
+    """Setting reduced precision through torch.backends.flags / mkldnn.flags
+    (torch 2.13 signatures, from the table) is reported like an assignment."""
+    source = (
+        "import torch\n"
+        "with torch.backends.flags(fp32_precision='tf32'):\n    pass\n"
+        "with torch.backends.mkldnn.flags(True, True, False, 'bf16'):\n    pass\n"
+    )
+    findings = [(f.code, f.line, f.message) for f in check_source(source).findings]
+    assert [(code, line) for code, line, _ in findings] == [("DET011", 2), ("DET011", 4)]
+    assert "torch.backends.mkldnn.fp32_precision = 'bf16'" in findings[1][2]
 
 
 def test_older_torch_takes_the_legacy_spellings():
