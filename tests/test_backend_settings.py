@@ -204,3 +204,119 @@ def test_older_torch_takes_the_legacy_spellings():
     assert result["during"] == ["highest", False]
     assert result["restored"]
     assert "CUBLAS_WORKSPACE_CONFIG: not needed (this torch has no CUDA)" in result["notes"]
+
+
+# --- one place for the flag names ------------------------------------------------------
+
+
+def flag_terms() -> set[tuple[str, ...]]:
+    """What spelling a flag means: the table's spellings (attributes, getters,
+    setters, environment variables) in full, each dotted suffix of two or more
+    parts (``cudnn.benchmark``), and the last part alone when it is a compound
+    identifier (``allow_tf32``, ``CUBLAS_WORKSPACE_CONFIG``).  Single words such
+    as ``benchmark`` or ``deterministic`` are also ordinary words and framework
+    keywords (Lightning ``Trainer(benchmark=...)``), so they alone do not count."""
+    terms = set()
+    for _, spelling in backend_settings().spellings():
+        for name in (spelling.attribute, spelling.read, spelling.write, spelling.environment):
+            if name is None:
+                continue
+            parts = tuple(name.split("."))
+            terms.update(parts[i:] for i in range(len(parts) - 1))
+            if "_" in parts[-1].strip("_"):
+                terms.add(parts[-1:])
+    return terms
+
+
+def code_names(tree: ast.AST) -> list[tuple[int, str]]:
+    """The names a module's code uses: identifiers, attribute chains, and string
+    literals that are names (only word characters and dots).  Docstrings, comments
+    and prose strings (messages, rule documentation, the rules' VALID/INVALID
+    example sources) are documentation and tests, not code."""
+    documentation = {
+        id(node.body[0].value)
+        for node in ast.walk(tree)
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+        and node.body
+        and isinstance(node.body[0], ast.Expr)
+        and isinstance(node.body[0].value, ast.Constant)
+    }
+    for rule in ast.walk(tree):  # a rule's examples: the code it lints and the messages it expects
+        if isinstance(rule, ast.ClassDef):
+            for statement in rule.body:
+                if isinstance(statement, ast.Assign) and any(
+                    isinstance(t, ast.Name) and t.id in ("VALID", "INVALID") for t in statement.targets
+                ):
+                    documentation.update(id(node) for node in ast.walk(statement.value))
+    names = []
+    for node in ast.walk(tree):
+        if id(node) in documentation:
+            continue
+        if isinstance(node, ast.Attribute):
+            chain, inner = [node.attr], node.value
+            while isinstance(inner, ast.Attribute):
+                chain.append(inner.attr)
+                inner = inner.value
+            if isinstance(inner, ast.Name):
+                chain.append(inner.id)
+            names.append((node.lineno, ".".join(reversed(chain))))
+        elif isinstance(node, ast.Name):
+            names.append((node.lineno, node.id))
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.append((node.lineno, node.name))
+        elif isinstance(node, ast.keyword) and node.arg:
+            names.append((node.lineno, node.arg))
+        elif isinstance(node, ast.alias):
+            names.append((node.lineno, node.asname or node.name))
+        elif (
+            isinstance(node, ast.Constant)
+            and isinstance(node.value, str)
+            and re.fullmatch(r"[\w.]+", node.value)
+        ):
+            names.append((node.lineno, node.value))
+    return names
+
+
+def spelled_flags(text: str, terms: set[tuple[str, ...]]) -> list[str]:
+    parts = tuple(part for part in re.split(r"\W+", text) if part)
+    return sorted(
+        ".".join(term)
+        for term in terms
+        if any(parts[i : i + len(term)] == term for i in range(len(parts) - len(term) + 1))
+    )
+
+
+def test_the_settings_table_is_the_only_place_that_spells_backend_flags():
+    """Code in ``detaudit/`` reaches a backend flag only through the settings
+    table: no identifier, attribute chain or name-like string spells one.
+    Documentation does not count: docstrings, comments, messages and the rules'
+    VALID/INVALID examples (source text the tests lint, which must spell the
+    real names) may name flags."""
+    terms = flag_terms()
+    offences = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for line, name in code_names(tree):
+            spelled = spelled_flags(name, terms)
+            if spelled:
+                offences.append(f"{path.relative_to(REPO)}:{line}: {name} (spells {', '.join(spelled)})")
+    assert not offences, "\n".join(sorted(set(offences)))
+
+
+def test_the_flag_name_check_catches_what_it_looks_for():
+    terms = flag_terms()
+    code = textwrap.dedent(
+        '''
+        """Docs may say torch.backends.cudnn.benchmark."""
+        import torch
+        cudnn = torch.backends.cudnn
+        x = cudnn.benchmark
+        key = f"{namespace}.fp32_precision"
+        message = "set torch.backends.cudnn.benchmark = False"
+        torch.use_deterministic_algorithms(True, warn_only=True)
+        os.environ.get("CUBLAS_WORKSPACE_CONFIG")
+        trainer = Trainer(benchmark=True, deterministic=True)
+        '''
+    )
+    found = sorted({name for _, name in code_names(ast.parse(code)) if spelled_flags(name, terms)})
+    assert found == [".fp32_precision", "CUBLAS_WORKSPACE_CONFIG", "cudnn.benchmark", "torch.use_deterministic_algorithms"]
