@@ -66,12 +66,11 @@ def access(torch: Any, setting: Setting) -> Access | None:
         if spelling.environment is not None:
             return _environment_access(setting, spelling)
         if spelling.read is not None and spelling.write is not None:
-            return Access(
-                setting,
-                spelling,
-                torch_attribute(torch, spelling.read),
-                _setter(torch_attribute(torch, spelling.write), spelling),
-            )
+            try:
+                getter, setter = torch_attribute(torch, spelling.read), torch_attribute(torch, spelling.write)
+            except AttributeError:
+                continue
+            return Access(setting, spelling, getter, _setter(setter, spelling))
         if spelling.attribute is not None:
             try:
                 owner = _owner(torch, spelling)
@@ -128,6 +127,7 @@ def _owner(torch: Any, spelling: Spelling) -> Any:
 
 
 def _setter(function: Callable[..., Any], spelling: Spelling) -> Callable[[Any], None]:
+    """The setter called with the value alone: first positional argument, else by keyword."""
     if spelling.position == 0:
         return lambda value: function(value)
     return lambda value: function(**{spelling.argument: value})
@@ -139,7 +139,7 @@ def _environment_access(setting: Setting, spelling: Spelling) -> Access:
     ``"1"``/unset; writing it also updates the attribute if the module was
     imported since."""
     name = spelling.environment
-    standing_in_for = next((s for s in setting.spellings if s.attribute is not None), None)
+    standing_in_for = next((s for s in setting.spellings if s.attribute is not None and s.module is not None), None)
     set_variable = environment_writer(name)
 
     def write(value: str | None) -> None:
