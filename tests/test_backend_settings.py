@@ -206,6 +206,31 @@ def test_older_torch_takes_the_legacy_spellings():
     assert "CUBLAS_WORKSPACE_CONFIG: not needed (this torch has no CUDA)" in result["notes"]
 
 
+@pytest.mark.cuda
+def test_cuda_settings_are_reported_only_where_cuda_runs():
+    """On a GPU: the CUDA entries read without error markers, and status reports
+    cuDNN autotuning and cuDNN's default TF32 convolutions (``devices: cuda``)."""
+    import torch
+
+    import detaudit
+
+    torch.zeros(1, device="cuda")
+    before = torch.backends.cudnn.benchmark
+    try:
+        torch.backends.cudnn.benchmark = True
+        result = detaudit.status()
+        flagged = {issue.setting for issue in result.issues}
+        tf32 = backend_settings()["cudnn-conv-fp32-precision"].key
+        if tf32 not in result.settings:  # torch < 2.9: the legacy flag, also on by default
+            tf32 = backend_settings()["cudnn-allow-tf32"].key
+        assert {"torch.backends.cudnn.benchmark", tf32} <= flagged
+        for setting in backend_settings().settings:
+            value = result.settings.get(setting.key)
+            assert not (isinstance(value, str) and value.startswith("error: ")), (setting.key, value)
+    finally:
+        torch.backends.cudnn.benchmark = before
+
+
 # --- one place for the flag names ------------------------------------------------------
 
 
