@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from detaudit.knowledge.backend_settings import backend_settings
+
 # --- random number generators -------------------------------------------------
 
 #: The three global RNGs the seed rules track.
@@ -156,16 +158,19 @@ class DeterminismSwitch:
     framework: str | None = None
 
 
-USE_DETERMINISTIC_ALGORITHMS = "torch.use_deterministic_algorithms"
-SET_DETERMINISTIC_DEBUG_MODE = "torch.set_deterministic_debug_mode"
-#: ``set_deterministic_debug_mode`` values -> (deterministic algorithms on, warn only).
-DETERMINISTIC_DEBUG_MODES: dict[object, tuple[bool, bool]] = {
-    "default": (False, False), 0: (False, False),
-    "warn": (True, True), 1: (True, True),
-    "error": (True, False), 2: (True, False),
-}
-#: ``if torch.are_deterministic_algorithms_enabled():`` guards deterministic-mode code.
-DETERMINISM_QUERY = "torch.are_deterministic_algorithms_enabled"
+def _torch_switches() -> dict[str, DeterminismSwitch]:
+    """torch's own switch as the settings table spells it on any version: each
+    setter taking deterministic algorithms on/off, with the argument of the same
+    setter that makes nondeterministic ops only warn.  (The debug-mode setter
+    maps modes instead; the determinism rules read it from the table.)"""
+    table = backend_settings()
+    switches = {}
+    for on in table["deterministic-algorithms"].writers:
+        if on.values is None:
+            warn = next(w for w in table["deterministic-warn-only"].writers if w.write == on.write)
+            switches[on.write] = DeterminismSwitch(on.argument, on.position, warn_only=(warn.argument, warn.position, True))
+    return switches
+
 
 _LIGHTNING_TRAINER = DeterminismSwitch(
     "deterministic", warn_value="warn", sets_cublas_workspace=True, framework="Lightning Trainer"
@@ -179,7 +184,7 @@ _HF_TRAINING_ARGUMENTS = DeterminismSwitch(
 #: deterministic)``, ``enable_full_determinism(seed, warn_only)`` which sets
 #: ``CUBLAS_WORKSPACE_CONFIG``, ``TrainingArguments(full_determinism=True)`` calls it).
 DETERMINISM_SWITCHES: dict[str, DeterminismSwitch] = {
-    USE_DETERMINISTIC_ALGORITHMS: DeterminismSwitch("mode", 0, warn_only=("warn_only", None, True)),
+    **_torch_switches(),
     **{
         name: _LIGHTNING_TRAINER
         for name in (
@@ -212,9 +217,6 @@ DETERMINISM_SWITCHES: dict[str, DeterminismSwitch] = {
 #: Calls that turn on deterministic algorithms (whatever their arguments say).
 DETERMINISM_ENABLERS = frozenset(name for name, switch in DETERMINISM_SWITCHES.items() if switch.argument is None)
 
-#: Backend settings that make one library pick deterministic kernels (and nothing else).
-LIBRARY_DETERMINISM_SETTINGS = frozenset({"torch.backends.cudnn.deterministic", "torch.backends.mkldnn.deterministic"})
-
 #: Framework options that turn cuDNN autotuning on (Lightning ``Trainer(benchmark=True)``).
 FRAMEWORK_BENCHMARK_OPTIONS: dict[str, str] = {name: "benchmark" for name, s in DETERMINISM_SWITCHES.items() if s is _LIGHTNING_TRAINER}
 
@@ -238,97 +240,6 @@ TRAINER_CLASSES = frozenset(
     {name for name, s in DETERMINISM_SWITCHES.items() if s is _LIGHTNING_TRAINER}
     | {"transformers.Trainer", "transformers.Seq2SeqTrainer", "trl.SFTTrainer", "accelerate.Accelerator"}
 )
-
-# --- backend settings ---------------------------------------------------------
-
-CUDNN = "torch.backends.cudnn"
-
-#: Positional parameter order of ``torch.backends.<ns>.flags(...)`` context managers.
-BACKEND_FLAGS_PARAMETERS: dict[str, tuple[str, ...]] = {
-    "torch.backends.cudnn": ("enabled", "benchmark", "benchmark_limit", "deterministic", "allow_tf32", "fp32_precision"),
-    "torch.backends.mkldnn": ("enabled", "deterministic"),
-    "torch.backends.nnpack": ("enabled",),
-    "torch.backends.opt_einsum": ("enabled", "strategy"),
-}
-
-#: Settings that enable TF32 / reduced-precision fp32 when set to a truthy value.
-TF32_BOOLEAN_SETTINGS = frozenset(
-    {"torch.backends.cuda.matmul.allow_tf32", "torch.backends.cudnn.allow_tf32"}
-)
-
-#: Namespaces with an ``fp32_precision`` setting (torch >= 2.9).
-FP32_PRECISION_NAMESPACES = frozenset(
-    {
-        "torch.backends",
-        "torch.backends.cuda.matmul",
-        "torch.backends.cudnn",
-        "torch.backends.cudnn.conv",
-        "torch.backends.cudnn.rnn",
-        "torch.backends.mkldnn",
-        "torch.backends.mkldnn.matmul",
-        "torch.backends.mkldnn.conv",
-        "torch.backends.mkldnn.rnn",
-    }
-)
-#: ``fp32_precision`` values that reduce precision (``"ieee"`` and ``"none"`` do not).
-REDUCED_FP32_PRECISIONS = frozenset({"tf32", "bf16"})
-
-#: ``torch.set_float32_matmul_precision`` values that allow TF32/bf16 matmuls.
-REDUCED_MATMUL_PRECISIONS = frozenset({"high", "medium"})
-#: ... and the values that turn it off, per API, for fixes.
-FULL_MATMUL_PRECISION = "highest"
-FULL_FP32_PRECISION = "ieee"
-
-#: Attributes that exist on each ``torch.backends`` namespace (torch 2.4-2.13).
-#: Assigning anything else is a silent no-op (``cudnn.benchmarks = False``).
-BACKEND_ATTRIBUTES: dict[str, frozenset[str]] = {
-    "torch.backends": frozenset(
-        {"fp32_precision", "cudnn", "cuda", "mkldnn", "mkl", "mps", "openmp", "opt_einsum",
-         "xeon", "cpu", "quantized", "nnpack", "mha", "cusparselt", "kleidiai", "xnnpack",
-         "flags", "disable_global_flags", "flags_frozen"}
-    ),
-    "torch.backends.cudnn": frozenset(
-        {"enabled", "benchmark", "benchmark_limit", "deterministic", "allow_tf32", "depthwise_kernel",
-         "fp32_precision", "conv", "rnn", "version", "is_available", "is_acceptable", "flags",
-         "set_flags"}
-    ),
-    "torch.backends.cudnn.conv": frozenset({"fp32_precision"}),
-    "torch.backends.cudnn.rnn": frozenset({"fp32_precision"}),
-    # torch.backends.cuda is a plain module: an unknown attribute is silently created
-    "torch.backends.cuda": frozenset(
-        {"matmul", "cufft_plan_cache", "preferred_linalg_library", "preferred_blas_library",
-         "preferred_rocm_fa_library", "is_built", "SDPAParams", "SDPBackend", "sdp_kernel",
-         "flash_sdp_enabled", "enable_flash_sdp", "mem_efficient_sdp_enabled", "enable_mem_efficient_sdp",
-         "math_sdp_enabled", "enable_math_sdp", "cudnn_sdp_enabled", "enable_cudnn_sdp",
-         "allow_fp16_bf16_reduction_math_sdp", "fp16_bf16_reduction_math_sdp_allowed",
-         "can_use_flash_attention", "can_use_efficient_attention", "can_use_cudnn_attention",
-         "is_flash_attention_available", "is_ck_sdpa_available", "cuBLASModule", "cuFFTPlanCache",
-         "cuFFTPlanCacheManager", "cuFFTPlanCacheAttrContextProp", "blas_workspace_size",
-         "cublas_workspace_size", "cublaslt_workspace_size"}
-    ),
-    "torch.backends.cuda.matmul": frozenset(
-        {"allow_tf32", "allow_fp16_reduced_precision_reduction",
-         "allow_bf16_reduced_precision_reduction", "allow_fp16_accumulation", "fp32_precision"}
-    ),
-    "torch.backends.mkldnn": frozenset(
-        {"enabled", "deterministic", "allow_tf32", "fp32_precision", "matmul", "conv", "rnn", "flags",
-         "set_flags", "is_available", "VERBOSE_OFF", "VERBOSE_ON", "VERBOSE_ON_CREATION",
-         "verbose"}
-    ),
-    "torch.backends.opt_einsum": frozenset({"enabled", "strategy", "is_available", "get_opt_einsum", "flags", "set_flags"}),
-    "torch.backends.nnpack": frozenset({"enabled", "is_available", "flags", "set_flags"}),
-}
-
-# --- version-dependent runtime requirements -------------------------------------
-
-#: ``torch.use_deterministic_algorithms(True)`` needs ``CUBLAS_WORKSPACE_CONFIG``
-#: on CUDA builds of torch older than this (it raised "... you have CUDA >= 10.2
-#: ... CUBLAS_WORKSPACE_CONFIG=:4096:8 or :16:8"). pytorch/pytorch PR #161749
-#: (landed Oct 2025, first released in 2.10) removed the check: per-handle/stream
-#: cuBLAS workspaces (PR #85447) are deterministic without it.
-CUBLAS_WORKSPACE_CONFIG_REQUIRED_BEFORE = (2, 10)
-#: The values torch's old check accepted; the first is what fixes set.
-CUBLAS_WORKSPACE_CONFIG_VALUES = (":4096:8", ":16:8")
 
 # --- entropy, unseeded generators, worker RNGs (entropy-seed, dataloader-worker-seed) ---
 
@@ -484,10 +395,6 @@ INDUCTOR_AUTOTUNE_ENVIRONMENT = frozenset(
     {"TORCHINDUCTOR_MAX_AUTOTUNE", "TORCHINDUCTOR_MAX_AUTOTUNE_GEMM",
      "TORCHINDUCTOR_MAX_AUTOTUNE_POINTWISE", "TORCHINDUCTOR_COORDINATE_DESCENT_TUNING"}
 )
-#: Inductor's deterministic mode picks a kernel without timing (select_algorithm.py);
-#: ``use_deterministic_algorithms(True)`` turns it on too (torch 2.13 ``torch/__init__.py``).
-INDUCTOR_DETERMINISTIC_OPTIONS = frozenset({"deterministic", "batch_invariant"})
-INDUCTOR_DETERMINISTIC_ENVIRONMENT = frozenset({"TORCHINDUCTOR_DETERMINISTIC", "TORCHINDUCTOR_BATCH_INVARIANT"})
 
 # --- TensorFlow / Keras and JAX (DET040-049; never imported, matched by name) ------
 

@@ -31,6 +31,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from detaudit.knowledge.calibration_recipes import RECIPES, Inputs, Probe
 from detaudit.knowledge.ops import SCHEMA_FILE, OpsTable, alert_caller, parse_ops_table, version_in_range
+from detaudit.runtime.determinism import deterministic_algorithms_switch
 
 DEFAULT_REPEATS = 5
 CPU_THREADS = 2  # the CPU index_put race needs at least two threads (research note §8.3)
@@ -74,13 +75,14 @@ class _LastAtenOp(TorchDispatchMode):
 
 @contextlib.contextmanager
 def _deterministic(enabled: bool):
-    before = torch.are_deterministic_algorithms_enabled()
-    warn_only = torch.is_deterministic_algorithms_warn_only_enabled()
-    torch.use_deterministic_algorithms(enabled)
+    """Deterministic algorithms on (in error mode) or off, then as before."""
+    switch = deterministic_algorithms_switch(torch)
+    before = switch.read()
+    switch.write((enabled, False))
     try:
         yield
     finally:
-        torch.use_deterministic_algorithms(before, warn_only=warn_only)
+        switch.write(before)
 
 
 def _tensors(result: Any) -> tuple[torch.Tensor, ...]:

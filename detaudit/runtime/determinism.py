@@ -5,34 +5,33 @@ returns a ``DeterminismChanges`` that lists what it changed and can undo it;
 ``deterministic()`` is the same as a context manager / decorator that restores
 every previous setting (and, when it seeded, the RNG states) on exit.
 
-TF32 is turned off through the ``fp32_precision`` API when this torch has it
-(2.9+) and through the legacy flags otherwise, never both: torch raises when
-the two are mixed.  One torch quirk remains (measured on 2.13): once any
-cuDNN ``fp32_precision`` was set, even to ``"ieee"``, the legacy getter
-``torch.backends.cudnn.allow_tf32`` raises until the settings are restored.
-``detaudit.status()`` and the fingerprint read the new API and cope with it.
+Which settings, to which values, through which spelling on this torch, is
+data: ``detaudit/knowledge/backend_settings.json``.  TF32 is turned off
+through the ``fp32_precision`` API when this torch has it (2.9+) and through
+the legacy flags otherwise, never both: torch raises when the two are mixed.
+One torch quirk remains (measured on 2.13): once any cuDNN ``fp32_precision``
+was set, even to ``"ieee"``, the legacy getter ``torch.backends.cudnn.allow_tf32``
+raises until the settings are restored.  ``detaudit.status()`` and the
+fingerprint read the new API first and cope with it.
 """
 
 from __future__ import annotations
 
 import os
 import random
-import sys
 import warnings
 from contextlib import ContextDecorator
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Iterable
 
-from detaudit.knowledge.apis import (
-    CUBLAS_WORKSPACE_CONFIG_REQUIRED_BEFORE,
-    CUBLAS_WORKSPACE_CONFIG_VALUES,
-    FP32_PRECISION_NAMESPACES,
-    FULL_FP32_PRECISION,
-    FULL_MATMUL_PRECISION,
-)
+from detaudit.knowledge.backend_settings import Setting, backend_settings
+from detaudit.knowledge.ops import version_in_range
 from detaudit.runtime import DeterminismWarning
-from detaudit.runtime.environment import torch_attribute, version_tuple
 from detaudit.runtime.seeding import check_seed, seed_everything
+from detaudit.runtime.settings import Access, access, environment_value, environment_writer, exists, torch_attribute
+
+#: The hazard whose settings went through an API change (TF32 flags -> fp32_precision).
+REDUCED_PRECISION = "reduced-precision"
 
 
 @dataclass(frozen=True)
@@ -140,135 +139,129 @@ class deterministic(ContextDecorator):
 
 
 def determinism_switches(torch: Any, *, strict: bool, notes: list[str]) -> list[Switch]:
-    """Every switch enable_determinism sets, in order, for this torch and process.
-    Reasons for switches left out are appended to ``notes``."""
-    switches = [
-        # First, so that it is restored last: torch.use_deterministic_algorithms
-        # itself sets inductor's flag (torch 2.13 imports inductor's config to do it).
-        _inductor_switch(),
-        Switch(
-            "torch.use_deterministic_algorithms",
-            lambda: (torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled()),
-            lambda value: torch.use_deterministic_algorithms(value[0], warn_only=value[1]),
-            (True, not strict),
-        ),
-        _attribute_switch(torch, "torch.backends.cudnn.deterministic", True),
-        _attribute_switch(torch, "torch.backends.cudnn.benchmark", False),
-    ]
-    switches += tf32_switches(torch, use_fp32_precision_api=has_fp32_precision_api(torch))
-    switches += _fill_uninitialized_memory_switches(torch, notes)
-    switches += _cublas_workspace_switches(torch, notes)
-    return switches
-
-
-def has_fp32_precision_api(torch: Any) -> bool:
-    return hasattr(torch.backends.cuda.matmul, "fp32_precision")
+    """Every switch enable_determinism sets, in order, for this torch and process:
+    the settings table's settings it is responsible for, in table order, except
+    that a setting another one's write also changes comes right before it (so it
+    is restored after it).  Reasons for settings left out are appended to ``notes``."""
+    chosen = _one_api(torch, _write_order(backend_settings().settings))
+    return _switches(torch, chosen, strict=strict, notes=notes)
 
 
 def tf32_switches(torch: Any, *, use_fp32_precision_api: bool) -> list[Switch]:
-    """TF32 off through one API only (torch raises when the two are mixed).
-
-    New API: every leaf namespace (``cuda.matmul``, ``cudnn.conv``,
-    ``cudnn.rnn``, ``mkldnn.*``) is set to ``"ieee"``; parents are left alone
-    because setting a parent overwrites its children.  Legacy API: the matmul
-    precision (``allow_tf32`` of cuBLAS is a view of it, so restoring both
-    would fight) and cuDNN's ``allow_tf32``.
-    """
-    if use_fp32_precision_api:
-        leaves = [
-            namespace
-            for namespace in sorted(FP32_PRECISION_NAMESPACES)
-            if not any(other.startswith(namespace + ".") for other in FP32_PRECISION_NAMESPACES)
-        ]
-        return [_attribute_switch(torch, f"{namespace}.fp32_precision", FULL_FP32_PRECISION) for namespace in leaves]
-    return [
-        Switch(
-            "torch.set_float32_matmul_precision",
-            torch.get_float32_matmul_precision,
-            torch.set_float32_matmul_precision,
-            FULL_MATMUL_PRECISION,
-        ),
-        _attribute_switch(torch, "torch.backends.cudnn.allow_tf32", False),
-    ]
+    """TF32 off through one API only: the ``fp32_precision`` leaves (parents are
+    left alone, setting one overwrites its children), or the legacy matmul
+    precision and cuDNN flag (cuBLAS's ``allow_tf32`` is a view of the former,
+    so restoring both would fight)."""
+    settings = backend_settings().in_hazard(REDUCED_PRECISION)
+    return _switches(torch, _one_api(torch, settings, newer_api=use_fp32_precision_api), strict=True, notes=[])
 
 
-def _attribute_switch(torch: Any, dotted_name: str, target: Any) -> Switch:
-    owner_name, attribute = dotted_name.rsplit(".", 1)
-    owner = torch_attribute(torch, owner_name)
+def deterministic_algorithms_switch(torch: Any) -> Switch:
+    """torch's deterministic-algorithms switch alone: its value is (on, warn only)."""
+    table = backend_settings()
+    (switch,) = _switches(torch, [table["deterministic-algorithms"], table["deterministic-warn-only"]], strict=True, notes=[])
+    return switch
+
+
+def _write_order(settings: Iterable[Setting]) -> list[Setting]:
+    table = backend_settings()
+    ordered: list[Setting] = []
+    for setting in settings:
+        for also_set in (*(table[i] for i in setting.also_sets), setting):
+            if also_set not in ordered:
+                ordered.append(also_set)
+    return ordered
+
+
+def _one_api(torch: Any, settings: Iterable[Setting], newer_api: bool | None = None) -> list[Setting]:
+    """Within a hazard whose settings went through an API change, the legacy
+    ones (``superseded_by``) where the newer API is missing, the others where it
+    exists (``newer_api``: as if it did or did not)."""
+    table = backend_settings()
+    chosen = []
+    for setting in settings:
+        legacy = [s for s in table.in_hazard(setting.hazard.id) if s.superseded_by]
+        if legacy:
+            newer = newer_api
+            if newer is None:
+                newer = any(exists(torch, table[successor]) for s in legacy for successor in s.superseded_by)
+            if bool(setting.superseded_by) == newer:
+                continue
+        chosen.append(setting)
+    return chosen
+
+
+def _switches(torch: Any, settings: list[Setting], *, strict: bool, notes: list[str]) -> list[Switch]:
+    """One switch per setting, except that settings written by one function
+    call (``use_deterministic_algorithms(mode, warn_only=...)``) share a switch."""
+    targets: list[tuple[Access, Any]] = []
+    for setting in settings:
+        if setting.enable_determinism == "never":
+            continue
+        if setting.enable_determinism == "when-needed" and not _needed(torch, setting, notes):
+            continue
+        found = access(torch, setting)
+        if found is None:
+            notes.append(f"{setting.key}: not in torch {torch.__version__}")
+            continue
+        target = setting.lenient if not strict and setting.lenient is not None else setting.safe
+        if found.spelling.environment is not None:
+            target = environment_value(target)
+        if setting.enable_determinism == "when-needed" and not setting.is_risky(found.read()):
+            continue
+        if found.spelling.environment is not None:
+            _warn_if_cuda_started(torch, setting, found, target)
+        targets.append((found, target))
+    groups: dict[str, list[tuple[Access, Any]]] = {}  # by setter function, else by name
+    for found, target in targets:
+        groups.setdefault(found.spelling.write or found.name, []).append((found, target))
+    return [_switch(torch, name, members) for name, members in groups.items()]
+
+
+def _switch(torch: Any, name: str, arguments: list[tuple[Access, Any]]) -> Switch:
+    """One switch for the settings one setter writes (a single one keeps its plain value)."""
+    if len(arguments) == 1:
+        found, target = arguments[0]
+        return Switch(name, found.read, found.write, target)
+    call = torch_attribute(torch, name)
+
+    def write(values: tuple) -> None:
+        positional = [v for (found, _), v in zip(arguments, values) if found.spelling.position is not None]
+        keywords = {found.spelling.argument: v for (found, _), v in zip(arguments, values) if found.spelling.position is None}
+        call(*positional, **keywords)
+
     return Switch(
-        dotted_name,
-        lambda: getattr(owner, attribute),
-        lambda value: setattr(owner, attribute, value),
-        target,
+        name,
+        lambda: tuple(found.read() for found, _ in arguments),
+        write,
+        tuple(target for _, target in arguments),
     )
 
 
-def _fill_uninitialized_memory_switches(torch: Any, notes: list[str]) -> list[Switch]:
-    try:
-        import torch.utils.deterministic
-    except ImportError:
-        notes.append(f"torch.utils.deterministic.fill_uninitialized_memory: not in torch {torch.__version__}")
-        return []
-    return [_attribute_switch(torch, "torch.utils.deterministic.fill_uninitialized_memory", True)]
+def _needed(torch: Any, setting: Setting, notes: list[str]) -> bool:
+    """Whether the setting matters for this torch build and version."""
+    name = setting.spellings[0].environment or setting.key
+    devices = setting.matters.devices
+    if devices is not None and "cpu" not in devices and torch.version.cuda is None:
+        notes.append(f"{name}: not needed (this torch has no CUDA)")
+        return False
+    if setting.matters.torch is not None and not version_in_range(torch.__version__, setting.matters.torch):
+        notes.append(f"{name}: not needed on torch {torch.__version__} (only on torch {setting.matters.torch})")
+        return False
+    return True
 
 
-def _cublas_workspace_switches(torch: Any, notes: list[str]) -> list[Switch]:
-    if torch.version.cuda is None:
-        notes.append("CUBLAS_WORKSPACE_CONFIG: not needed (this torch has no CUDA)")
-        return []
-    if version_tuple(torch.__version__) >= CUBLAS_WORKSPACE_CONFIG_REQUIRED_BEFORE:
-        required = ".".join(map(str, CUBLAS_WORKSPACE_CONFIG_REQUIRED_BEFORE))
-        notes.append(f"CUBLAS_WORKSPACE_CONFIG: not needed on torch >= {required} (pytorch/pytorch#161749)")
-        return []
-    if os.environ.get("CUBLAS_WORKSPACE_CONFIG") in CUBLAS_WORKSPACE_CONFIG_VALUES:
-        return []
-    if torch.cuda.is_initialized():
+def _warn_if_cuda_started(torch: Any, setting: Setting, found: Access, target: Any) -> None:
+    """A variable that CUDA libraries read when they start is too late once CUDA is initialised."""
+    devices = setting.matters.devices
+    if devices is not None and "cuda" in devices and torch.cuda.is_initialized():
         warnings.warn(
-            "CUDA is already initialised, so cuBLAS handles created so far ignore "
-            f"CUBLAS_WORKSPACE_CONFIG={CUBLAS_WORKSPACE_CONFIG_VALUES[0]}; call "
-            "enable_determinism() before the first CUDA operation, or export the variable "
-            "before starting Python.",
+            f"CUDA is already initialised, so what it set up so far ignores {found.spelling.environment}={target}; "
+            "call enable_determinism() before the first CUDA operation, or export the variable before "
+            "starting Python.",
             DeterminismWarning,
-            stacklevel=3,
+            stacklevel=5,
         )
-    return [_environment_switch("CUBLAS_WORKSPACE_CONFIG", CUBLAS_WORKSPACE_CONFIG_VALUES[0])]
-
-
-def _inductor_switch() -> Switch:
-    """Inductor's deterministic mode (no on-device benchmarking/autotuning).
-
-    Importing ``torch._inductor`` costs about a second, so when it is not
-    imported yet the switch is its environment variable, which inductor reads
-    when it is imported; restoring then also resets the config if inductor was
-    imported in between.
-    """
-    config = sys.modules.get("torch._inductor.config")
-    if config is not None:
-        return Switch(
-            "torch._inductor.config.deterministic",
-            lambda: config.deterministic,
-            lambda value: setattr(config, "deterministic", value),
-            True,
-        )
-    variable = _environment_switch("TORCHINDUCTOR_DETERMINISTIC", "1")
-
-    def write(value: str | None) -> None:
-        variable.write(value)
-        imported_since = sys.modules.get("torch._inductor.config")
-        if imported_since is not None:
-            imported_since.deterministic = value == "1"
-
-    return Switch("env.TORCHINDUCTOR_DETERMINISTIC", variable.read, write, "1")
-
-
-def _environment_switch(name: str, target: str) -> Switch:
-    def write(value: str | None) -> None:
-        if value is None:
-            os.environ.pop(name, None)
-        else:
-            os.environ[name] = value
-
-    return Switch(f"env.{name}", lambda: os.environ.get(name), write, target)
 
 
 def _remember_rng_states(changes: DeterminismChanges) -> None:
@@ -283,5 +276,5 @@ def _remember_rng_states(changes: DeterminismChanges) -> None:
     changes.remember(torch.set_rng_state, torch.get_rng_state())
     if torch.cuda.is_initialized():
         changes.remember(torch.cuda.set_rng_state_all, torch.cuda.get_rng_state_all())
-    changes.remember(_environment_switch(seeding.GLOBAL_SEED_ENV_VAR, "").write, os.environ.get(seeding.GLOBAL_SEED_ENV_VAR))
+    changes.remember(environment_writer(seeding.GLOBAL_SEED_ENV_VAR), os.environ.get(seeding.GLOBAL_SEED_ENV_VAR))
     changes.remember(seeding.set_last_seed, seeding.last_seed())

@@ -32,13 +32,15 @@ import platform
 import sys
 from typing import Any, Callable
 
-from detaudit.knowledge.apis import FP32_PRECISION_NAMESPACES
+from detaudit.knowledge.backend_settings import backend_settings
+from detaudit.runtime.settings import reader
 
 # Environment variables recorded whether set or not (None when unset), so that
-# "set in one run, unset in the other" shows up in a diff.
+# "set in one run, unset in the other" shows up in a diff: these and the
+# settings table's variables.
 DETERMINISM_ENV_VARS = (
     "PYTHONHASHSEED",
-    "CUBLAS_WORKSPACE_CONFIG",
+    *(s.spellings[0].environment for s in backend_settings().settings if s.spellings[0].environment),
     "CUDA_LAUNCH_BLOCKING",
     "NCCL_ALGO",
     "NCCL_PROTO",
@@ -115,49 +117,25 @@ def _read(getter: Callable[[], Any]) -> Any:
         return f"{ERROR_PREFIX}{type(error).__name__}: {message}"
 
 
-
 def _torch_readings(torch: Any, *, initialize_cuda: bool) -> dict[str, Any]:
-    backends = torch.backends
     readings: list[tuple[str, Callable[[], Any]]] = [
         ("torch.version", lambda: torch.__version__),
         ("torch.version.cuda", lambda: torch.version.cuda),
         ("torch.version.hip", lambda: torch.version.hip),
-        ("torch.backends.cudnn.version", lambda: backends.cudnn.version()),
+        ("torch.backends.cudnn.version", lambda: torch.backends.cudnn.version()),
         ("torch.cuda.is_available", lambda: torch.cuda.is_available()),
         ("torch.cuda.is_initialized", lambda: torch.cuda.is_initialized()),
         ("torch.cuda.device_count", lambda: torch.cuda.device_count()),
         ("torch.cuda.devices", lambda: _cuda_devices(torch, initialize_cuda)),
-        ("torch.are_deterministic_algorithms_enabled", torch.are_deterministic_algorithms_enabled),
-        (
-            "torch.is_deterministic_algorithms_warn_only_enabled",
-            torch.is_deterministic_algorithms_warn_only_enabled,
-        ),
-        (
-            "torch.utils.deterministic.fill_uninitialized_memory",
-            lambda: _fill_uninitialized_memory(torch),
-        ),
-        ("torch.backends.cudnn.enabled", lambda: backends.cudnn.enabled),
-        ("torch.backends.cudnn.deterministic", lambda: backends.cudnn.deterministic),
-        ("torch.backends.cudnn.benchmark", lambda: backends.cudnn.benchmark),
-        # The fp32_precision tree (torch >= 2.9) is read before the legacy TF32
-        # getters: those raise once code mixed the two APIs, the new ones never do.
-        *[
-            (f"{namespace}.fp32_precision", lambda namespace=namespace: torch_attribute(torch, namespace).fp32_precision)
-            for namespace in sorted(FP32_PRECISION_NAMESPACES)  # parents before children
-        ],
-        ("torch.backends.cuda.matmul.allow_tf32", lambda: backends.cuda.matmul.allow_tf32),
-        ("torch.get_float32_matmul_precision", torch.get_float32_matmul_precision),
-        ("torch.backends.cudnn.allow_tf32", lambda: backends.cudnn.allow_tf32),
-        (
-            "torch.backends.cuda.matmul.allow_fp16_reduced_precision_reduction",
-            lambda: backends.cuda.matmul.allow_fp16_reduced_precision_reduction,
-        ),
-        (
-            "torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction",
-            lambda: backends.cuda.matmul.allow_bf16_reduced_precision_reduction,
-        ),
-        ("torch._inductor.config.deterministic", lambda: _inductor_config().deterministic),
-        ("torch._inductor.config.batch_invariant", lambda: _inductor_config().batch_invariant),
+    ]
+    # Every setting of the table in table order, which reads the fp32_precision
+    # tree (torch >= 2.9) before the legacy TF32 getters: those raise once code
+    # mixed the two APIs.  Variables are recorded with the environment.
+    for setting in backend_settings().settings:
+        get = reader(torch, setting)
+        if get is not None:
+            readings.append((setting.key, get))
+    readings += [
         ("torch.get_num_threads", torch.get_num_threads),
         ("torch.get_num_interop_threads", torch.get_num_interop_threads),
     ]
@@ -169,14 +147,6 @@ def _torch_readings(torch: Any, *, initialize_cuda: bool) -> dict[str, Any]:
     return result
 
 
-def torch_attribute(torch: Any, dotted_name: str) -> Any:
-    """``torch_attribute(torch, "torch.backends.cudnn.conv")`` is that object."""
-    value = torch
-    for part in dotted_name.split(".")[1:]:
-        value = getattr(value, part)
-    return value
-
-
 def _cuda_devices(torch: Any, initialize_cuda: bool) -> list[str]:
     if not (torch.cuda.is_initialized() or (initialize_cuda and torch.cuda.is_available())):
         raise AttributeError("device names need an initialised CUDA context")
@@ -185,16 +155,3 @@ def _cuda_devices(torch: Any, initialize_cuda: bool) -> list[str]:
         major, minor = torch.cuda.get_device_capability(index)
         devices.append(f"{torch.cuda.get_device_name(index)} (sm_{major}{minor})")
     return devices
-
-
-def _fill_uninitialized_memory(torch: Any) -> bool:
-    import torch.utils.deterministic  # a submodule torch does not import eagerly everywhere
-
-    return torch.utils.deterministic.fill_uninitialized_memory
-
-
-def _inductor_config() -> Any:
-    config = sys.modules.get("torch._inductor.config")
-    if config is None:
-        raise AttributeError("torch._inductor is not imported (its TORCHINDUCTOR_* env vars are recorded)")
-    return config

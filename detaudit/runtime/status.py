@@ -12,13 +12,9 @@ import sys
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from detaudit.knowledge.apis import (
-    CUBLAS_WORKSPACE_CONFIG_REQUIRED_BEFORE,
-    CUBLAS_WORKSPACE_CONFIG_VALUES,
-    REDUCED_FP32_PRECISIONS,
-    REDUCED_MATMUL_PRECISIONS,
-)
-from detaudit.runtime.environment import fingerprint, version_tuple
+from detaudit.knowledge.backend_settings import Setting, backend_settings
+from detaudit.knowledge.ops import version_in_range
+from detaudit.runtime.environment import fingerprint
 from detaudit.runtime.seeding import describe_hash_seed, last_seed
 
 ENABLE = "detaudit.enable_determinism()"
@@ -82,42 +78,11 @@ def status(*, initialize_cuda: bool = False) -> DeterminismStatus:
 
 def diagnose(settings: dict[str, Any]) -> list[Issue]:
     """What keeps a process with these settings (a fingerprint) from reproducing."""
-    issues = []
-    cuda = bool(settings.get("torch.cuda.is_available"))
-    deterministic = settings.get("torch.are_deterministic_algorithms_enabled")
-    if deterministic is False:
-        issues.append(Issue(
-            "torch.are_deterministic_algorithms_enabled",
-            "kernels without a deterministic implementation run freely: e.g. the parallel CPU "
-            "index_put_(accumulate) behind x[idx] backward, CUDA scatter/index_add atomics, "
-            "cuDNN algorithm choice",
-            ENABLE,
-        ))
-    elif settings.get("torch.is_deterministic_algorithms_warn_only_enabled"):
-        issues.append(Issue(
-            "torch.is_deterministic_algorithms_warn_only_enabled",
-            "nondeterministic ops only warn and still run",
-            "detaudit.enable_determinism(strict=True)",
-        ))
-    if deterministic and settings.get("torch.utils.deterministic.fill_uninitialized_memory") is False:
-        issues.append(Issue(
-            "torch.utils.deterministic.fill_uninitialized_memory",
-            "torch.empty & co. return leftover memory, which differs between runs",
-            ENABLE,
-        ))
-    if cuda and settings.get("torch.backends.cudnn.benchmark"):
-        issues.append(Issue(
-            "torch.backends.cudnn.benchmark",
-            "the cuDNN autotuner may pick a different algorithm in each process",
-            ENABLE,
-        ))
-    issues += _reduced_precision_issues(settings, cuda)
-    if _needs_cublas_workspace_config(settings):
-        issues.append(Issue(
-            "env.CUBLAS_WORKSPACE_CONFIG",
-            "this torch raises at the first cuBLAS call under deterministic algorithms without it",
-            f"export CUBLAS_WORKSPACE_CONFIG={CUBLAS_WORKSPACE_CONFIG_VALUES[0]} before starting Python",
-        ))
+    issues = [
+        Issue(setting.key, setting.hazard.problem.format(value=settings.get(setting.key)), setting.hazard.fix or ENABLE)
+        for setting in backend_settings().settings
+        if setting.reports and _risky_here(setting, settings)
+    ]
     hash_problem = describe_hash_seed(
         settings.get("env.PYTHONHASHSEED"), settings.get("python.hash_randomization", True)
     )
@@ -133,34 +98,24 @@ def diagnose(settings: dict[str, Any]) -> list[Issue]:
     return issues
 
 
-def _reduced_precision_issues(settings: dict[str, Any], cuda: bool) -> list[Issue]:
-    """TF32/bf16 for fp32 math: results differ from fp32 and between GPU generations.
-    CUDA/cuDNN settings matter only where CUDA is available; oneDNN's on any CPU."""
-    reduced = []
-    for name, value in settings.items():
-        relevant = cuda or name.startswith("torch.backends.mkldnn") or name == "torch.backends.fp32_precision"
-        if not relevant:
-            continue
-        if name.endswith(".fp32_precision") and value in REDUCED_FP32_PRECISIONS:
-            reduced.append(name)
-        elif name.endswith(".allow_tf32") and value is True:
-            reduced.append(name)
-        elif name == "torch.get_float32_matmul_precision" and value in REDUCED_MATMUL_PRECISIONS:
-            reduced.append(name)
-    return [
-        Issue(name, f"fp32 math runs in reduced precision ({settings[name]}): bits depend on the GPU/CPU model", ENABLE)
-        for name in reduced
-    ]
-
-
-def _needs_cublas_workspace_config(settings: dict[str, Any]) -> bool:
-    version = settings.get("torch.version")
-    if not version or settings.get("torch.version.cuda") is None:
+def _risky_here(setting: Setting, settings: dict[str, Any]) -> bool:
+    """The setting was read, has a risky value, and that value matters in this
+    process: CUDA settings only where CUDA is available (oneDNN's on any CPU),
+    version-bound ones only on those torch versions, dependent ones only while
+    the setting they depend on is at its safe value."""
+    if setting.key not in settings or not setting.is_risky(settings[setting.key]):
         return False
-    return (
-        version_tuple(version) < CUBLAS_WORKSPACE_CONFIG_REQUIRED_BEFORE
-        and settings.get("env.CUBLAS_WORKSPACE_CONFIG") not in CUBLAS_WORKSPACE_CONFIG_VALUES
-    )
+    matters = setting.matters
+    if matters.devices is not None and "cpu" not in matters.devices and not settings.get("torch.cuda.is_available"):
+        return False
+    if matters.torch is not None:
+        version = settings.get("torch.version")
+        if not version or not version_in_range(version, matters.torch):
+            return False
+    if matters.requires is not None:
+        required = backend_settings()[matters.requires]
+        return settings.get(required.key) == required.safe
+    return True
 
 
 def _seeds() -> dict[str, Any]:

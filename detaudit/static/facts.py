@@ -15,7 +15,7 @@ from typing import Any, Iterator
 
 import libcst as cst
 
-from detaudit.knowledge.apis import BACKEND_FLAGS_PARAMETERS
+from detaudit.knowledge.backend_settings import backend_settings
 from detaudit.static.names import NameTable
 
 
@@ -483,10 +483,8 @@ class FactCollector(cst.BatchableCSTVisitor):
             self.facts.environment.append(EnvironmentWrite(name, value, node, order, scope))
 
     def _flags_context(self, call: CallFact, namespace: str) -> None:
-        parameters = BACKEND_FLAGS_PARAMETERS.get(namespace)
-        if parameters is None:
-            return
-        for position, name in enumerate(parameters):
+        known = backend_settings().namespaces.get(namespace)
+        for position, name in enumerate(known.flags if known is not None else ()):
             value = call.value_node(name, position)
             if value is not None:
                 self.facts.settings.append(

@@ -7,12 +7,14 @@ import difflib
 import libcst as cst
 
 from detaudit.findings import Severity
-from detaudit.knowledge.apis import BACKEND_ATTRIBUTES
+from detaudit.knowledge.backend_settings import backend_settings
 from detaudit.static.edits import Replace
 from detaudit.static.facts import SettingWrite
 from detaudit.static.rule import Invalid, Rule
 
 _ROOT = "torch.backends"
+#: namespace -> every attribute it has (the settings table's namespaces)
+_ATTRIBUTES = {name: namespace.attributes for name, namespace in backend_settings().namespaces.items()}
 
 
 def unknown_backend_attribute(target: str) -> tuple[str, str] | None:
@@ -24,7 +26,7 @@ def unknown_backend_attribute(target: str) -> tuple[str, str] | None:
     parts = target.split(".")
     for depth in range(2, len(parts)):
         namespace, attribute = ".".join(parts[:depth]), parts[depth]
-        known = BACKEND_ATTRIBUTES.get(namespace)
+        known = _ATTRIBUTES.get(namespace)
         if known is None or attribute.startswith("_"):
             return None  # unlisted namespace, or deliberate monkeypatching of a private name
         if attribute not in known:
@@ -35,10 +37,10 @@ def unknown_backend_attribute(target: str) -> tuple[str, str] | None:
 def suggestion(namespace: str, attribute: str) -> str | None:
     """The setting the author most likely meant: the same name one namespace
     down (``cuda.allow_tf32`` -> ``cuda.matmul.allow_tf32``), else the closest name."""
-    nested = sorted(n for n, names in BACKEND_ATTRIBUTES.items() if n.startswith(namespace + ".") and attribute in names)
+    nested = sorted(n for n, names in _ATTRIBUTES.items() if n.startswith(namespace + ".") and attribute in names)
     if nested:
         return f"{nested[0]}.{attribute}"
-    close = difflib.get_close_matches(attribute, BACKEND_ATTRIBUTES[namespace], n=1, cutoff=0.75)
+    close = difflib.get_close_matches(attribute, _ATTRIBUTES[namespace], n=1, cutoff=0.75)
     return close[0] if close else None
 
 

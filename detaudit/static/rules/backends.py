@@ -1,29 +1,39 @@
-"""Backend settings that trade reproducibility for speed: cuDNN autotuning, TF32."""
+"""Backend settings that trade reproducibility for speed: cuDNN autotuning, TF32.
+
+Which settings, their spellings on every torch version and their risky and
+safe values come from the settings table (``knowledge/backend_settings.json``).
+"""
 
 from __future__ import annotations
 
 import libcst as cst
 
 from detaudit.findings import Severity
-from detaudit.knowledge.apis import (
-    CUDNN,
-    FP32_PRECISION_NAMESPACES,
-    FULL_FP32_PRECISION,
-    FULL_MATMUL_PRECISION,
-    REDUCED_FP32_PRECISIONS,
-    REDUCED_MATMUL_PRECISIONS,
-    TF32_BOOLEAN_SETTINGS,
-)
+from detaudit.knowledge.backend_settings import Setting, backend_settings
 from detaudit.static.edits import Replace, same_quotes_string
 from detaudit.static.facts import SettingWrite, StaticValue
 from detaudit.static.rule import Invalid, Rule
 
+_SETTINGS = backend_settings()
+_CUDNN_BENCHMARK = _SETTINGS["cudnn-benchmark"]
+_REDUCED_PRECISION = _SETTINGS.in_hazard("reduced-precision")
+#: attribute path -> setting, and setter function -> (setting, its spelling)
+_REDUCED_PRECISION_ATTRIBUTES = {attribute: s for s in _REDUCED_PRECISION for attribute in s.attributes}
+_REDUCED_PRECISION_SETTERS = {w.write: (s, w) for s in _REDUCED_PRECISION for w in s.writers}
 
-def _replace_value(write: SettingWrite, value: StaticValue, new: cst.BaseExpression) -> Replace | None:
+
+def _safe_value(setting: Setting, like: cst.BaseExpression) -> cst.BaseExpression:
+    """The setting's safe value as code (a string keeps the quotes of ``like``)."""
+    if isinstance(setting.safe, str):
+        return same_quotes_string(like, setting.safe)
+    return cst.Name(repr(setting.safe))
+
+
+def _replace_value(write: SettingWrite, value: StaticValue, setting: Setting) -> Replace | None:
     """Fix a setting's value in place; unsafe when the value came from a flag default."""
     if write.value is None:
         return None
-    return Replace(write.value, new, safe=value.flag is None)
+    return Replace(write.value, _safe_value(setting, write.value), safe=value.flag is None)
 
 
 class CudnnBenchmark(Rule):
@@ -64,13 +74,14 @@ class CudnnBenchmark(Rule):
     )
 
     def finish(self) -> None:
-        for write in self.facts.settings_of(f"{CUDNN}.benchmark"):
+        for write in self.facts.settings_of(*_CUDNN_BENCHMARK.attributes):
             value = self.facts.evaluate(write.value)
             if value.truthy:
+                attribute = write.target.rpartition(".")[2]
                 self.report(
                     write.node,
-                    f"cuDNN autotuning turned on (benchmark = {value.describe()}): algorithm choice can differ between runs.",
-                    fix=_replace_value(write, value, cst.Name("False")),
+                    f"cuDNN autotuning turned on ({attribute} = {value.describe()}): algorithm choice can differ between runs.",
+                    fix=_replace_value(write, value, _CUDNN_BENCHMARK),
                 )
 
 
@@ -133,26 +144,30 @@ class TF32(Rule):
     def finish(self) -> None:
         facts = self.facts
         for write in facts.settings:
+            setting = _REDUCED_PRECISION_ATTRIBUTES.get(write.target)
+            if setting is None:
+                continue
             value = facts.evaluate(write.value)
-            if write.target in TF32_BOOLEAN_SETTINGS and value.truthy:
-                self.report(
-                    write.node,
-                    f"TF32 turned on: {write.target} = {value.describe()}.",
-                    fix=_replace_value(write, value, cst.Name("False")),
-                )
-            namespace, _, attribute = write.target.rpartition(".")
-            if attribute == "fp32_precision" and namespace in FP32_PRECISION_NAMESPACES and value.is_(*REDUCED_FP32_PRECISIONS):
+            if isinstance(setting.safe, bool):  # an on/off switch: any truthy value turns TF32 on
+                if value.truthy:
+                    self.report(
+                        write.node,
+                        f"TF32 turned on: {write.target} = {value.describe()}.",
+                        fix=_replace_value(write, value, setting),
+                    )
+            elif value.is_(*setting.risky):
                 self.report(
                     write.node,
                     f"reduced float32 precision: {write.target} = {value.describe()}.",
-                    fix=_replace_value(write, value, same_quotes_string(write.value, FULL_FP32_PRECISION)),
+                    fix=_replace_value(write, value, setting),
                 )
-        for call in facts.calls_to("torch.set_float32_matmul_precision"):
-            argument = call.value_node("precision", 0)
+        for call in facts.calls_to(*_REDUCED_PRECISION_SETTERS):
+            setting, spelling = _REDUCED_PRECISION_SETTERS[call.qualname]
+            argument = call.value_node(spelling.argument, spelling.position)
             value = facts.evaluate(argument)
-            if value.is_(*REDUCED_MATMUL_PRECISIONS):
+            if value.is_(*setting.risky):
                 self.report(
                     call.node,
-                    f"float32 matmuls may use TF32/bf16: set_float32_matmul_precision({value.describe()}).",
-                    fix=Replace(argument, same_quotes_string(argument, FULL_MATMUL_PRECISION), safe=value.flag is None),
+                    f"float32 matmuls may use TF32/bf16: {call.qualname.rpartition('.')[2]}({value.describe()}).",
+                    fix=Replace(argument, _safe_value(setting, argument), safe=value.flag is None),
                 )

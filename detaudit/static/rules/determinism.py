@@ -3,7 +3,8 @@
 ``determinism_state(facts)`` is the one place that decides "does this file
 enable deterministic algorithms?"; the rules here, compile-autotune and
 nondeterministic-op all read it.  Which calls switch determinism, with which
-arguments, is data in ``detaudit.knowledge.apis.DETERMINISM_SWITCHES``.
+arguments, is data in ``detaudit.knowledge.apis.DETERMINISM_SWITCHES`` and (for
+torch's own switches) in the settings table, ``knowledge/backend_settings.json``.
 """
 
 from __future__ import annotations
@@ -15,30 +16,40 @@ import libcst as cst
 from detaudit.findings import Severity
 from detaudit.knowledge.apis import (
     COMPILE_AUTOTUNE_MODES,
-    CUBLAS_WORKSPACE_CONFIG_REQUIRED_BEFORE,
-    CUBLAS_WORKSPACE_CONFIG_VALUES,
     DETERMINISM_SWITCHES,
-    DETERMINISTIC_DEBUG_MODES,
     FRAMEWORK_BENCHMARK_OPTIONS,
     INDUCTOR_AUTOTUNE_ENVIRONMENT,
     INDUCTOR_AUTOTUNE_OPTIONS,
     INDUCTOR_CONFIG,
-    INDUCTOR_DETERMINISTIC_ENVIRONMENT,
-    INDUCTOR_DETERMINISTIC_OPTIONS,
-    LIBRARY_DETERMINISM_SETTINGS,
-    SET_DETERMINISTIC_DEBUG_MODE,
     TORCH_OPTIMIZER_NAMESPACE,
     TRAINER_CLASSES,
     TRUTHY_ENVIRONMENT_VALUES,
     WELL_KNOWN_LIBRARIES,
     DeterminismSwitch,
 )
+from detaudit.knowledge.backend_settings import backend_settings
 from detaudit.static.edits import Replace, determinism_fix
 from detaudit.static.facts import UNKNOWN, CallFact, FileFacts, SettingWrite, StaticValue
 from detaudit.static.rule import Invalid, Rule
 
-CUBLAS_VARIABLE = "CUBLAS_WORKSPACE_CONFIG"
-_CUBLAS_FIXED_IN = ".".join(map(str, CUBLAS_WORKSPACE_CONFIG_REQUIRED_BEFORE))
+# -- what the settings table says about the switches these rules read ---------------
+_SETTINGS = backend_settings()
+_CUBLAS = _SETTINGS["cublas-workspace-config"]
+CUBLAS_VARIABLE = _CUBLAS.environment_variables[0]
+CUBLAS_WORKSPACE_CONFIG_VALUES = _CUBLAS.accepted
+_CUBLAS_FIXED_IN = _CUBLAS.matters.torch.removeprefix("<")  # needed before this torch
+#: Writes that make one library pick deterministic kernels (cudnn/mkldnn ``deterministic``).
+LIBRARY_DETERMINISM_SETTINGS = frozenset(
+    attribute for s in _SETTINGS.in_hazard("deterministic-kernels") for attribute in s.attributes
+)
+#: The debug-mode setter, and each of its modes -> (deterministic algorithms on, warn only).
+_DEBUG_MODE = next(w for w in _SETTINGS["deterministic-algorithms"].writers if w.values)
+_DEBUG_MODE_WARNS = dict(next(w for w in _SETTINGS["deterministic-warn-only"].writers if w.write == _DEBUG_MODE.write).values)
+DETERMINISTIC_DEBUG_MODES = {mode: (on, _DEBUG_MODE_WARNS[mode]) for mode, on in _DEBUG_MODE.values}
+#: Inductor options and variables that make it pick kernels without timing them.
+_INDUCTOR_DETERMINISM = (_SETTINGS["inductor-deterministic"], _SETTINGS["inductor-batch-invariant"])
+INDUCTOR_DETERMINISTIC_OPTIONS = frozenset(a.rpartition(".")[2] for s in _INDUCTOR_DETERMINISM for a in s.attributes)
+INDUCTOR_DETERMINISTIC_ENVIRONMENT = frozenset(v for s in _INDUCTOR_DETERMINISM for v in s.environment_variables)
 
 
 @dataclass(frozen=True)
@@ -117,7 +128,7 @@ def _collect_state(facts: FileFacts) -> DeterminismState:
             request = _switch_request(facts, call, switch)
             if request is not None:
                 state.requests.append(request)
-        elif call.qualname == SET_DETERMINISTIC_DEBUG_MODE:
+        elif call.qualname == _DEBUG_MODE.write:
             state.requests.append(_debug_mode_request(facts, call))
         elif _names_determinism(call):
             state.mentions_helper = True

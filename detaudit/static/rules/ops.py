@@ -20,9 +20,9 @@ from detaudit.findings import Severity
 from detaudit.knowledge.apis import (
     CPU_DEFAULT_TENSOR_FACTORIES,
     DEFAULT_DEVICE_SETTER,
-    DETERMINISM_QUERY,
     NO_GRAD_CONTEXTS,
 )
+from detaudit.knowledge.backend_settings import backend_settings
 from detaudit.knowledge.ops import UNKNOWN, CallArguments, OpMatch, OpsTable, load_ops_table
 from detaudit.static.facts import CallFact, FileFacts, Scope
 from detaudit.static.rule import Invalid, Rule
@@ -30,6 +30,8 @@ from detaudit.static.rules.determinism import determinism_state
 
 
 _DEVICE_NAMES = {"cpu": "CPU", "cuda": "CUDA"}
+#: ``if torch.are_deterministic_algorithms_enabled():`` guards deterministic-mode code.
+_DETERMINISM_QUERIES = frozenset(s.read for s in backend_settings()["deterministic-algorithms"].spellings if s.read)
 
 
 @functools.lru_cache(maxsize=1)
@@ -231,7 +233,7 @@ class NondeterministicOp(Rule):
             if isinstance(condition, cst.If):
                 key = id(condition)
                 if key not in guarded:
-                    guarded[key] = _mentions_call(self.facts, condition.test, frozenset({DETERMINISM_QUERY}))
+                    guarded[key] = _mentions_call(self.facts, condition.test, _DETERMINISM_QUERIES)
                 if guarded[key]:
                     return True
         return False
