@@ -210,7 +210,9 @@ class OpTracer:
         self.capture_ops = set(capture_ops)
         self.captured: dict[int, dict] = {}
         self.watcher = None
-        self.paused = False  # set while detaudit itself runs torch ops (flush, state capture)
+        # set while detaudit itself runs torch ops (flush, state capture), and for
+        # good in a forked child (bootstrap): a pause must restore, not clear, it
+        self.paused = False
         self._modes = [_ForwardSites(self), _OpRecorder(self)]
 
     def attach(self, watcher) -> None:
@@ -272,11 +274,11 @@ class OpTracer:
 
     def note_rng_state_change(self, name: str, caller) -> None:
         frame = user_frame(caller)
-        self.paused = True  # reading the state is detaudit's business, not the trace's
+        paused, self.paused = self.paused, True  # reading the state is detaudit's business, not the trace's
         try:
             state = _rng_state_digest()
         finally:
-            self.paused = False
+            self.paused = paused
         self.rng_events.append(
             (
                 name,
@@ -354,14 +356,14 @@ class OpTracer:
         for position, digest in enumerate(staged):
             if isinstance(digest, torch.Tensor):
                 by_device.setdefault(digest.device, []).append(position)
-        self.paused = True
+        paused, self.paused = self.paused, True
         try:
             for positions in by_device.values():
                 host = torch.stack([staged[p] for p in positions]).cpu().tolist()
                 for position, value in zip(positions, host):
                     values[position] = value
         finally:
-            self.paused = False
+            self.paused = paused
         self.digests.extend(values)
 
     @staticmethod
