@@ -15,7 +15,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 
-from detaudit.stats.metrics import STATS_DIR_ENV, read_run_outputs
+from detaudit.stats.metrics import STATS_DIR_ENV, STDOUT_PREFIX, read_run_outputs
 from detaudit.stats.study import ARMS, FIXED, PlannedRun, RunRecord, Study
 
 OUTPUT_TAIL_LINES = 30
@@ -48,8 +48,9 @@ def launch(script: str, script_args, folder: Path, options, timeout: float | Non
     folder.mkdir(parents=True)
     options.extra_env = {**options.extra_env, STATS_DIR_ENV: str(folder.resolve())}
     options.output_dir = folder / "launch"
-    result = run_script(script, script_args, options=options, timeout=timeout, cancel=cancel)
-    outputs = read_run_outputs(folder, result.stdout)
+    result = run_script(script, script_args, options=options, timeout=timeout, cancel=cancel, keep_lines_with=STDOUT_PREFIX)
+    outputs = read_run_outputs(folder, "\n".join(result.kept_lines))  # every metric line, however long the output
+    outputs.problems.extend(result.warnings)
     return result, outputs
 
 
