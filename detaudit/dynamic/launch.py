@@ -60,7 +60,7 @@ class ScriptResult:
     payload: dict  # JSON the bootstrap wrote at exit; {} if none
     time_limit: float | None = None  # the timeout it ran under
     kept_lines: list[str] = field(default_factory=list)  # stdout lines that start with ``keep_lines_with``
-    warnings: list[str] = field(default_factory=list)  # what detaudit had to do after the script ended
+    warnings: list[str] = field(default_factory=list)  # what detaudit had to do after the script ended ("left ...")
 
     @property
     def failed(self) -> bool:
@@ -189,7 +189,7 @@ def run_script(
         timed_out = not _wait_for_exit(process, timeout)
         if not timed_out and not _wait_for_end_of_output((stdout, stderr), EXIT_GRACE_SECONDS):
             warnings.append(
-                f"it left child processes holding its output open after it exited; "
+                f"left child processes holding its output open after it exited; "
                 f"detaudit killed them {EXIT_GRACE_SECONDS:g} s later"
             )
         _kill_group(process)  # children still running, or the whole run on timeout
