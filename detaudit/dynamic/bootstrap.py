@@ -7,9 +7,10 @@ and capture files) into the output directory.  The script's own exit code is
 kept; a crash prints its traceback as usual and exits 1; a fatal signal
 (segfault, abort) prints the Python stack first (faulthandler).
 
-Only this process is audited: a forked child (a DataLoader worker, a
-``multiprocessing`` fork, ``os.fork()``) inherits the tracer and the hooks, so
-it stops them at once and never writes results of its own.
+Only this process is audited: in a forked child (a DataLoader worker, a
+``multiprocessing`` fork, ``os.fork()``) the tracer and the watcher stand down
+(see their modules), and a child that runs on to the script's end writes no
+results.
 """
 
 from __future__ import annotations
@@ -64,25 +65,12 @@ class ChildSession:
         self.payload: dict = {"steps": 0, "stopped_at_max_steps": False}
         self.watcher = None
         self.tracer = None
-        self._perturb_hook = None
         needs_torch = any(
             config.get(key)
             for key in ("max_steps", "threads", "deterministic", "save_state", "trace", "record_environment")
         ) or config.get("seed") is not None or config.get("perturb_ulp_seed") is not None
         if needs_torch:
             self._prepare_torch()
-        os.register_at_fork(after_in_child=self._stand_down_in_child)
-
-    def _stand_down_in_child(self) -> None:
-        """In a forked child: record nothing, count no step, never stop at
-        the step limit (a DataLoader worker that raised StopRun when its own
-        op count reached a capture index died and took the run with it)."""
-        if self.tracer:
-            self.tracer.paused = True
-        if self.watcher:
-            self.watcher.close()
-        if self._perturb_hook:
-            self._perturb_hook.remove()
 
     def _prepare_torch(self) -> None:
         import torch
@@ -117,13 +105,14 @@ class ChildSession:
         from torch.optim.optimizer import register_optimizer_step_pre_hook
 
         def before_first_step(optimizer, args, kwargs):
-            self._perturb_hook.remove()
+            handle.remove()
             self.payload["perturbed"] = {
                 "param": self.watcher.param_names.get(id(optimizer.param_groups[0]["params"][0]), ""),
                 **perturb_one_ulp(optimizer, seed),
             }
 
-        self._perturb_hook = register_optimizer_step_pre_hook(before_first_step)
+        handle = register_optimizer_step_pre_hook(before_first_step)
+        os.register_at_fork(after_in_child=handle.remove)  # a forked child's step is not the run's first
 
     def run(self, script: str, args: list[str]) -> int:
         stop_run: type[BaseException] | tuple = ()  # what the step limit and the tracer stop a run with

@@ -27,6 +27,12 @@ Calls that change the torch generator state (``torch.seed()``,
 ``torch.manual_seed``, ``torch.set_rng_state``..., named by the knowledge base)
 are recorded with their user line and a digest of the state they left, so an
 RNG root cause can say where the state came to differ.
+
+Only the process that entered the tracer is traced.  A forked child (a
+DataLoader worker) inherits the modes: the tracer pauses for good there.  A
+tensor received from another process is rebuilt whenever the data happens to
+arrive, so the rebuilding runs untraced: the tensor enters the trace as an
+external input where it is first read.
 """
 
 from __future__ import annotations
@@ -79,6 +85,21 @@ _RNG_STATE_SETTERS = tuple(
         if name.startswith("torch.")
     )
 )
+
+# torch's ``rebuild_*`` functions here make the tensors received from other processes
+_RECEIVING_MODULE = "torch.multiprocessing.reductions"
+_ENTERED_TRACERS: "weakref.WeakSet[OpTracer]" = weakref.WeakSet()
+
+
+def _pause_in_forked_child() -> None:
+    """A forked child's ops are not the traced process's ops, and its own op
+    count must never reach a capture index (StopRun would end the child)."""
+    for tracer in _ENTERED_TRACERS:
+        tracer.paused = True
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_pause_in_forked_child)
 
 # fields of one record (a flat tuple, so the trace stays compact JSON)
 OP, PHASE, PATH, LINE, MODULE, STEP, OUT_META, ARGS, INPUTS, OUTPUTS, LEAVES, SEEDED = range(12)
@@ -206,12 +227,13 @@ class OpTracer:
         self._weights: dict[tuple, torch.Tensor] = {}  # (device, int dtype) -> position weights
         self.rng_events: list[tuple] = []  # calls that set the generator state (RNG_* fields)
         self._in_rng_setter = False  # torch.manual_seed calls torch.cuda.manual_seed_all: record the outer call
-        self._patched_setters: list[tuple] = []  # (module, attribute, original function)
+        self._patched: list[tuple] = []  # (module, attribute, original function): RNG setters, receivers
         self.capture_ops = set(capture_ops)
         self.captured: dict[int, dict] = {}
         self.watcher = None
-        # set while detaudit itself runs torch ops (flush, state capture), and for
-        # good in a forked child (bootstrap): a pause must restore, not clear, it
+        # set while detaudit itself runs torch ops (flush, state capture) or
+        # rebuilds received tensors, and for good in a forked child: a pause
+        # must restore, not clear, it
         self.paused = False
         self._modes = [_ForwardSites(self), _OpRecorder(self)]
 
@@ -228,14 +250,17 @@ class OpTracer:
         if self._froze_gc:
             gc.freeze()
         self._patch_rng_setters()
+        self._patch_receivers()
         for mode in self._modes:
             mode.__enter__()
+        _ENTERED_TRACERS.add(self)
         return self
 
     def __exit__(self, *exc_info):
+        _ENTERED_TRACERS.discard(self)
         for mode in reversed(self._modes):
             mode.__exit__(*exc_info)
-        self._unpatch_rng_setters()
+        self._unpatch()
         if self._froze_gc:
             gc.unfreeze()
         self.flush()
@@ -247,13 +272,33 @@ class OpTracer:
             module = importlib.import_module(module_name)
             original = getattr(module, attribute, None)
             if original is not None:
-                self._patched_setters.append((module, attribute, original))
+                self._patched.append((module, attribute, original))
                 setattr(module, attribute, self._recording_setter(name, original))
 
-    def _unpatch_rng_setters(self) -> None:
-        while self._patched_setters:
-            module, attribute, original = self._patched_setters.pop()
+    def _patch_receivers(self) -> None:
+        module = importlib.import_module(_RECEIVING_MODULE)
+        for attribute, original in list(vars(module).items()):
+            if attribute.startswith("rebuild_") and callable(original):
+                self._patched.append((module, attribute, original))
+                setattr(module, attribute, self._untraced(original))
+
+    def _unpatch(self) -> None:
+        while self._patched:
+            module, attribute, original = self._patched.pop()
             setattr(module, attribute, original)
+
+    def _untraced(self, function):
+        tracer = self
+
+        @functools.wraps(function)  # keeps its name: pickle refers to it by name
+        def untraced(*args, **kwargs):
+            paused, tracer.paused = tracer.paused, True
+            try:
+                return function(*args, **kwargs)
+            finally:
+                tracer.paused = paused
+
+        return untraced
 
     def _recording_setter(self, name: str, setter):
         tracer = self
