@@ -297,10 +297,10 @@ class _OutputTail:
     def _scan_lines(self, chunk: bytes) -> None:
         *complete, rest = chunk.split(b"\n")
         for piece in complete:
-            if not self._line_too_long:
-                line = (bytes(self._line) + piece).strip()
-                if line.startswith(self._prefix):
-                    self.kept_lines.append(line.decode("utf-8", errors="replace"))
+            if not self._line_too_long:  # a carriage return ends a line too (progress bars)
+                for line in (bytes(self._line) + piece).split(b"\r"):
+                    if line.strip().startswith(self._prefix):
+                        self.kept_lines.append(line.strip().decode("utf-8", errors="replace"))
             self._line.clear()
             self._line_too_long = False
         if not self._line_too_long:
