@@ -21,7 +21,8 @@ def add_parser(subparsers) -> None:
         description=(
             "Run SCRIPT in fresh subprocesses under identical seeds, trace every aten op, and report "
             "the ops, source lines and tensors that make it nondeterministic. "
-            "Exit 0 deterministic, 1 nondeterministic, 2 the script failed or timed out."
+            "Exit 0 deterministic, 1 nondeterministic, 2 the script failed or timed out "
+            "(with --format json/sarif/github, the failure is written there too)."
         ),
     )
     add_script_arguments(parser)
@@ -70,15 +71,12 @@ def handle(args: argparse.Namespace) -> int:
             timeout=args.timeout,
             progress=progress,
         )
-    except ScriptFailed as failure:
-        print(f"detaudit: error: {failure}", file=sys.stderr)
+    except ScriptFailed as failed:
+        print(f"detaudit: error: {failed}", file=sys.stderr)
         if args.junit_xml:
-            from detaudit.dynamic.report import failure_junit_xml
-
-            Path(args.junit_xml).write_text(
-                failure_junit_xml(str(script), "the script failed", failure.result.describe_failure(200))
-            )
-        return 2
+            Path(args.junit_xml).write_text(failed.failure.to_junit_xml())
+        _write_failure(failed.failure, args.format)
+        return failed.failure.exit_code
 
     if args.junit_xml:
         Path(args.junit_xml).write_text(report.to_junit_xml())
@@ -86,18 +84,36 @@ def handle(args: argparse.Namespace) -> int:
     return report.exit_code
 
 
+def _write_failure(failure, output_format: str) -> None:
+    """The machine formats say that the audit failed (the text one has said it on stderr)."""
+    details = f"{failure.message}\n{failure.output_tail}".rstrip()
+    if output_format == "json":
+        print(json.dumps(failure.to_dict(), indent=2))
+    elif output_format == "sarif":
+        from detaudit.report.sarif import invocation, to_sarif
+
+        print(json.dumps(to_sarif([], [], run_invocation=invocation(False, [("error", details)])), indent=2))
+    elif output_format == "github":
+        from detaudit.report.github import github_message
+
+        sys.stdout.write(github_message("error", details, path=failure.target, title="detaudit run failed"))
+
+
 def _write(report, output_format: str) -> None:
     if output_format == "json":
         print(json.dumps(report.to_dict(), indent=2))
     elif output_format == "sarif":
         from detaudit.dynamic.causes import CAUSE_KINDS
-        from detaudit.report.sarif import to_sarif
+        from detaudit.report.sarif import invocation, to_sarif
 
-        print(json.dumps(to_sarif(report.findings(), CAUSE_KINDS.values()), indent=2))
+        run_invocation = invocation(True, [("warning", warning) for warning in report.warnings])
+        print(json.dumps(to_sarif(report.findings(), CAUSE_KINDS.values(), run_invocation=run_invocation), indent=2))
     elif output_format == "github":
-        from detaudit.report.github import github_annotations
+        from detaudit.report.github import github_annotations, github_message
 
         sys.stdout.write(github_annotations(report.findings()))
+        for warning in report.warnings:
+            sys.stdout.write(github_message("warning", warning, path=report.target, title="detaudit run"))
         print(report.verdict_line())
     else:
         from rich.console import Console

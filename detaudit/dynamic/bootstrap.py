@@ -4,11 +4,18 @@ Reads the JSON config that ``launch.run_script`` put in the environment,
 prepares the interpreter, runs the user's script as ``python SCRIPT ARGS``
 would, and at exit writes ``payload.json`` (and, when asked, the state, trace
 and capture files) into the output directory.  The script's own exit code is
-kept; a crash prints its traceback as usual and exits 1.
+kept; a crash prints its traceback as usual and exits 1; a fatal signal
+(segfault, abort) prints the Python stack first (faulthandler).
+
+Only this process is audited: in a forked child (a DataLoader worker, a
+``multiprocessing`` fork, ``os.fork()``) the tracer and the watcher stand down
+(see their modules), and a child that runs on to the script's end writes no
+results.
 """
 
 from __future__ import annotations
 
+import faulthandler
 import json
 import os
 import random
@@ -53,6 +60,7 @@ class ChildSession:
 
     def __init__(self, config: dict):
         self.config = config
+        self.pid = os.getpid()  # the audited process; forked children have another pid
         self.output_dir = Path(config["output_dir"])
         self.payload: dict = {"steps": 0, "stopped_at_max_steps": False}
         self.watcher = None
@@ -104,9 +112,12 @@ class ChildSession:
             }
 
         handle = register_optimizer_step_pre_hook(before_first_step)
+        os.register_at_fork(after_in_child=handle.remove)  # a forked child's step is not the run's first
 
     def run(self, script: str, args: list[str]) -> int:
-        from detaudit.dynamic.watch import StopRun
+        stop_run: type[BaseException] | tuple = ()  # what the step limit and the tracer stop a run with
+        if self.watcher:  # (without them nothing raises it, and importing it would import torch)
+            from detaudit.dynamic.watch import StopRun as stop_run
 
         sys.argv = [script, *args]
         sys.path[0] = str(Path(script).parent)  # what `python SCRIPT` puts first on the path
@@ -117,7 +128,7 @@ class ChildSession:
                     runpy.run_path(script, run_name="__main__")
             else:
                 runpy.run_path(script, run_name="__main__")
-        except StopRun:
+        except stop_run:
             self.payload["stopped_at_max_steps"] = True
         except SystemExit as stop:
             exit_code = _exit_code(stop.code)
@@ -129,6 +140,9 @@ class ChildSession:
         return exit_code
 
     def finish(self, exit_code: int) -> None:
+        if os.getpid() != self.pid:  # a forked child that ran to the script's end: the parent reports
+            sys.stdout.flush()
+            return
         self.payload["exit_code"] = exit_code
         if self.watcher:
             self.watcher.close()
@@ -162,6 +176,7 @@ def _exit_code(code) -> int:
 
 def main() -> int:
     config = json.loads(os.environ.pop(CONFIG_ENV))
+    faulthandler.enable()  # a segfault in an extension shows where the script was
     session = ChildSession(config)
     return session.run(config["script"], config["args"])
 

@@ -70,6 +70,8 @@ class RunReport:
     traced_ops: int = 0
     variation: dict = field(default_factory=dict)  # {"vary": ..., "settings": [per repeat]}
     notes: list[str] = field(default_factory=list)
+    steps_run: list[int] = field(default_factory=list)  # optimizer steps each run completed ([] if not counted)
+    warnings: list[str] = field(default_factory=list)  # about how the audit went (no step ran, children killed)
 
     @property
     def verdict(self) -> str:
@@ -96,10 +98,22 @@ class RunReport:
             "traced_ops": self.traced_ops,
             "variation": self.variation,
             "notes": self.notes,
+            "steps_run": self.steps_run,
+            "warnings": self.warnings,
         }
 
+    def _steps_text(self) -> str:
+        """How far the runs went: what they did, else the step limit they had."""
+        done = sorted(set(self.steps_run))
+        if done == [0]:
+            return " (no optimizer step ran)"
+        if len(done) > 1:
+            return f" ({done[0]} to {done[-1]} steps)"
+        count = done[0] if done else self.steps
+        return f" ({count} step{'s' if count != 1 else ''} each)" if count else ""
+
     def verdict_line(self) -> str:
-        runs = f"{self.repeats} runs of {self.target}" + (f" ({self.steps} steps each)" if self.steps else "")
+        runs = f"{self.repeats} runs of {self.target}{self._steps_text()}"
         if self.deterministic:
             return f"deterministic: {runs} were bitwise identical ({self.traced_ops} ops traced per run)"
         causes = len(self.root_causes)
@@ -178,6 +192,8 @@ class RunReport:
             console.print(table)
         for note in self.notes:
             console.print(f"note: {note}", highlight=False)
+        for warning in self.warnings:
+            console.print(f"warning: {warning}", style="yellow", highlight=False)
         if self.environment:
             console.print("Environment: " + _flat_environment(self.environment), highlight=False, style="dim")
 
@@ -201,16 +217,71 @@ class RunReport:
         if not self.deterministic:
             failure = ElementTree.SubElement(case, "failure", message=self.verdict_line())
             failure.text = self.to_text()
+        if self.warnings:
+            ElementTree.SubElement(case, "system-err").text = "\n".join(f"warning: {w}" for w in self.warnings)
         return ElementTree.tostring(suite, encoding="unicode", xml_declaration=True)
 
 
-def failure_junit_xml(target: str, message: str, details: str) -> str:
-    """JUnit XML for a run that could not be audited (the script crashed or timed out)."""
-    suite = ElementTree.Element("testsuite", name="detaudit run", tests="1", failures="0", errors="1")
-    case = ElementTree.SubElement(suite, "testcase", classname="detaudit.run", name=target)
-    error = ElementTree.SubElement(case, "error", message=message)
-    error.text = details
-    return ElementTree.tostring(suite, encoding="unicode", xml_declaration=True)
+@dataclass
+class RunFailure:
+    """A ``detaudit run`` that could not be audited: one run of the script
+    crashed, was killed by a signal, timed out or wrote no results.  Written
+    in every output format, so that CI tooling reads an error, not silence."""
+
+    target: str
+    run: str  # which run: "run 2", "the capture rerun of run 1"
+    ended: str  # how it ended: "was killed by SIGSEGV (...)", "exited with code 1"
+    returncode: int | None  # None when it timed out
+    signal: str | None  # "SIGSEGV" when a signal killed it
+    timed_out: bool
+    output_tail: str  # the end of its stderr (else stdout)
+    repeats: int
+    steps: int
+
+    verdict = "error"
+    exit_code = 2
+
+    @classmethod
+    def of(cls, target: str, run: str, result, *, repeats: int, steps: int, tail_lines: int = 40) -> "RunFailure":
+        """From a ``launch.ScriptResult``."""
+        return cls(
+            target=target,
+            run=run,
+            ended=result.describe_exit(),
+            returncode=result.returncode,
+            signal=result.signal_name,
+            timed_out=result.timed_out,
+            output_tail=result.output_tail(tail_lines),
+            repeats=repeats,
+            steps=steps,
+        )
+
+    @property
+    def message(self) -> str:
+        return f"{self.run} of the script {self.ended}"
+
+    def to_dict(self) -> dict:
+        return {
+            "verdict": self.verdict,
+            "target": self.target,
+            "repeats": self.repeats,
+            "steps": self.steps,
+            "error": {
+                "message": self.message,
+                "run": self.run,
+                "returncode": self.returncode,
+                "signal": self.signal,
+                "timed_out": self.timed_out,
+                "output_tail": self.output_tail,
+            },
+        }
+
+    def to_junit_xml(self) -> str:
+        suite = ElementTree.Element("testsuite", name="detaudit run", tests="1", failures="0", errors="1")
+        case = ElementTree.SubElement(suite, "testcase", classname="detaudit.run", name=self.target)
+        error = ElementTree.SubElement(case, "error", message=self.message)
+        error.text = self.output_tail
+        return ElementTree.tostring(suite, encoding="unicode", xml_declaration=True)
 
 
 def _flat_environment(environment: dict, prefix: str = "") -> str:

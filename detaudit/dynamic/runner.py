@@ -3,7 +3,9 @@
 Each repeat is a fresh subprocess (``launch.run_script``) with the same seed,
 stopped after N optimizer steps, writing its op trace and final state.  When
 root causes are found, the pair that showed each one is rerun with a targeted
-capture of the causing op's tensors to measure the deviation.
+capture of the causing op's tensors to measure the deviation.  A run that
+fails (or writes no results) stops the audit with ``ScriptFailed``, naming the
+run, how it ended and the tail of its output.
 """
 
 from __future__ import annotations
@@ -14,16 +16,16 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from detaudit.dynamic.launch import LaunchOptions, ScriptResult, run_script
+from detaudit.dynamic.report import RunFailure
 from detaudit.dynamic.variations import VARIATIONS
 
 
 class ScriptFailed(Exception):
-    """A repeat of the user's script crashed, exited non-zero or timed out."""
+    """A run of the user's script crashed, was killed, timed out or wrote no results."""
 
-    def __init__(self, repeat: int, result: ScriptResult):
-        self.repeat = repeat
-        self.result = result
-        super().__init__(f"run {repeat + 1} of the script {result.describe_failure()}")
+    def __init__(self, failure: RunFailure):
+        self.failure = failure
+        super().__init__(f"{failure.message}\n{failure.output_tail}".rstrip())
 
 
 def audit_script(
@@ -52,10 +54,14 @@ def audit_script(
             extra[variation.launch_option] = settings[repeat]
         return replace(base, output_dir=output_dir, **extra)
 
+    warnings: list[str] = []
+
     def launch(repeat: int, options: LaunchOptions) -> ScriptResult:
         result = run_script(script, script_args, options=options, timeout=timeout, cwd=cwd)
-        if result.failed:
-            raise ScriptFailed(repeat, result)
+        which = f"the capture rerun of run {repeat + 1}" if options.capture_ops else f"run {repeat + 1}"
+        if result.failed or not result.wrote_results:
+            raise ScriptFailed(RunFailure.of(script, which, result, repeats=repeats, steps=steps))
+        warnings.extend(f"{which} {warning}" for warning in result.warnings)
         return result
 
     with tempfile.TemporaryDirectory(prefix="detaudit-run-") as workdir:
@@ -78,7 +84,7 @@ def audit_script(
                 captured.append(torch.load(payload["capture_file"], weights_only=True) if "capture_file" in payload else {})
             return captured[0], captured[1]
 
-        return build_report(
+        report = build_report(
             script,
             traces,
             states,
@@ -87,3 +93,16 @@ def audit_script(
             capture=capture,
             variation=variation,
         )
+    report.steps_run = [result.payload["steps"] for result in results]
+    if not any(report.steps_run):
+        warnings.insert(0, _no_step_warning(len(traces[0].ops), len(states[0])))
+    report.warnings = warnings
+    return report
+
+
+def _no_step_warning(ops: int, tensors: int) -> str:
+    return (
+        "no optimizer step ran (the script never called optimizer.step()): the runs were compared over "
+        f"the whole script instead, {ops} traced ops and {tensors} final tensors (the modules it called"
+        " and the last loss), not over training steps"
+    )

@@ -27,6 +27,12 @@ Calls that change the torch generator state (``torch.seed()``,
 ``torch.manual_seed``, ``torch.set_rng_state``..., named by the knowledge base)
 are recorded with their user line and a digest of the state they left, so an
 RNG root cause can say where the state came to differ.
+
+Only the process that entered the tracer is traced.  A forked child (a
+DataLoader worker) inherits the modes: the tracer pauses for good there.  A
+tensor received from another process is rebuilt whenever the data happens to
+arrive, so the rebuilding runs untraced: the tensor enters the trace as an
+external input where it is first read.
 """
 
 from __future__ import annotations
@@ -89,6 +95,21 @@ _RNG_STATE_SETTERS = tuple(
         if name.startswith("torch.")
     )
 )
+
+# torch's ``rebuild_*`` functions here make the tensors received from other processes
+_RECEIVING_MODULE = "torch.multiprocessing.reductions"
+_ENTERED_TRACERS: "weakref.WeakSet[OpTracer]" = weakref.WeakSet()
+
+
+def _pause_in_forked_child() -> None:
+    """A forked child's ops are not the traced process's ops, and its own op
+    count must never reach a capture index (StopRun would end the child)."""
+    for tracer in _ENTERED_TRACERS:
+        tracer.paused = True
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_pause_in_forked_child)
 
 
 def _plain(value) -> str:
@@ -211,11 +232,14 @@ class OpTracer:
         self._weights: dict[tuple, torch.Tensor] = {}  # (device, int dtype) -> position weights
         self.rng_events: list[RngEvent] = []  # calls that set the generator state
         self._in_rng_setter = False  # torch.manual_seed calls torch.cuda.manual_seed_all: record the outer call
-        self._patched_setters: list[tuple] = []  # (module, attribute, original function)
+        self._patched: list[tuple] = []  # (module, attribute, original function): RNG setters, receivers
         self.capture_ops = set(capture_ops)
         self.captured: dict[int, dict] = {}
         self.watcher = None
-        self.paused = False  # set while detaudit itself runs torch ops (flush, state capture)
+        # set while detaudit itself runs torch ops (flush, state capture) or
+        # rebuilds received tensors, and for good in a forked child: a pause
+        # must restore, not clear, it
+        self.paused = False
         self._modes = [_ForwardSites(self), _OpRecorder(self)]
 
     def attach(self, watcher) -> None:
@@ -231,14 +255,17 @@ class OpTracer:
         if self._froze_gc:
             gc.freeze()
         self._patch_rng_setters()
+        self._patch_receivers()
         for mode in self._modes:
             mode.__enter__()
+        _ENTERED_TRACERS.add(self)
         return self
 
     def __exit__(self, *exc_info):
+        _ENTERED_TRACERS.discard(self)
         for mode in reversed(self._modes):
             mode.__exit__(*exc_info)
-        self._unpatch_rng_setters()
+        self._unpatch()
         if self._froze_gc:
             gc.unfreeze()
         self.flush()
@@ -250,13 +277,33 @@ class OpTracer:
             module = importlib.import_module(module_name)
             original = getattr(module, attribute, None)
             if original is not None:
-                self._patched_setters.append((module, attribute, original))
+                self._patched.append((module, attribute, original))
                 setattr(module, attribute, self._recording_setter(name, original))
 
-    def _unpatch_rng_setters(self) -> None:
-        while self._patched_setters:
-            module, attribute, original = self._patched_setters.pop()
+    def _patch_receivers(self) -> None:
+        module = importlib.import_module(_RECEIVING_MODULE)
+        for attribute, original in list(vars(module).items()):
+            if attribute.startswith("rebuild_") and callable(original):
+                self._patched.append((module, attribute, original))
+                setattr(module, attribute, self._untraced(original))
+
+    def _unpatch(self) -> None:
+        while self._patched:
+            module, attribute, original = self._patched.pop()
             setattr(module, attribute, original)
+
+    def _untraced(self, function):
+        tracer = self
+
+        @functools.wraps(function)  # keeps its name: pickle refers to it by name
+        def untraced(*args, **kwargs):
+            paused, tracer.paused = tracer.paused, True
+            try:
+                return function(*args, **kwargs)
+            finally:
+                tracer.paused = paused
+
+        return untraced
 
     def _recording_setter(self, name: str, setter):
         tracer = self
@@ -277,11 +324,11 @@ class OpTracer:
 
     def note_rng_state_change(self, name: str, caller) -> None:
         frame = user_frame(caller)
-        self.paused = True  # reading the state is detaudit's business, not the trace's
+        paused, self.paused = self.paused, True  # reading the state is detaudit's business, not the trace's
         try:
             state = _rng_state_digest()
         finally:
-            self.paused = False
+            self.paused = paused
         self.rng_events.append(
             RngEvent(
                 call=name,
@@ -359,14 +406,14 @@ class OpTracer:
         for position, digest in enumerate(staged):
             if isinstance(digest, torch.Tensor):
                 by_device.setdefault(digest.device, []).append(position)
-        self.paused = True
+        paused, self.paused = self.paused, True
         try:
             for positions in by_device.values():
                 host = torch.stack([staged[p] for p in positions]).cpu().tolist()
                 for position, value in zip(positions, host):
                     values[position] = value
         finally:
-            self.paused = False
+            self.paused = paused
         self.digests.extend(values)
 
     @staticmethod

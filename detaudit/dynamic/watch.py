@@ -4,14 +4,18 @@ Global module and optimizer hooks let detaudit follow unmodified user code: the
 watcher learns the names of the models (from the user's own variable names),
 the module path that is running (``model.blocks.0.c1``), how many optimizer
 steps have completed, whether an optimizer step is running, and the last
-tensor ``backward()`` was called on (the loss).  Imports torch: only the
-dynamic pass loads this module.
+tensor ``backward()`` was called on (the loss).  A forked child (a
+DataLoader worker, a ``multiprocessing`` fork) is not the watched process: the
+watchers close there, so it counts no step and never stops at the step limit.
+Imports torch: only the dynamic pass loads this module.
 """
 
 from __future__ import annotations
 
+import os
 import sys
 import sysconfig
+import weakref
 from pathlib import Path
 from typing import Callable
 
@@ -66,6 +70,18 @@ class StopRun(BaseException):
     the user's ``except Exception`` does not swallow it)."""
 
 
+_OPEN_WATCHERS: "weakref.WeakSet[TrainingWatcher]" = weakref.WeakSet()
+
+
+def _close_in_forked_child() -> None:
+    for watcher in list(_OPEN_WATCHERS):
+        watcher.close()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_close_in_forked_child)
+
+
 class TrainingWatcher:
     """Installs global hooks; ``close()`` removes them."""
 
@@ -94,8 +110,10 @@ class TrainingWatcher:
             return watcher._original_backward(tensor, *args, **kwargs)
 
         torch.Tensor.backward = backward
+        _OPEN_WATCHERS.add(self)
 
     def close(self) -> None:
+        _OPEN_WATCHERS.discard(self)
         for handle in self._handles:
             handle.remove()
         torch.Tensor.backward = self._original_backward

@@ -34,3 +34,12 @@ def github_annotations(findings: Sequence[Finding]) -> str:
             message += f" Fix: {finding.fix_hint}"
         lines.append(f"::{_COMMANDS[finding.severity]} {','.join(props)}::{_escape_data(message)}")
     return "\n".join(lines) + ("\n" if lines else "")
+
+
+def github_message(level: str, message: str, *, path: str | None = None, title: str | None = None) -> str:
+    """One annotation that is not a finding (a run that failed, a warning
+    about the run); ``level`` is "error", "warning" or "notice"."""
+    props = [f"file={_escape_property(path)}"] if path else []
+    if title:
+        props.append(f"title={_escape_property(title)}")
+    return f"::{level}{' ' + ','.join(props) if props else ''}::{_escape_data(message)}\n"

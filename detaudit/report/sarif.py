@@ -20,9 +20,22 @@ class RuleMetadata(Protocol):
     fix_hint: str
 
 
-def to_sarif(findings: Sequence[Finding], rules: Iterable[RuleMetadata]) -> dict:
+def invocation(successful: bool, notifications: Sequence[tuple[str, str]] = ()) -> dict:
+    """A SARIF invocation: whether the tool ran to its end, and what it says
+    about the run itself rather than about the code, as (level, text) pairs
+    with level "error", "warning" or "note"."""
+    result: dict = {"executionSuccessful": successful}
+    if notifications:
+        result["toolExecutionNotifications"] = [
+            {"level": level, "message": {"text": text}} for level, text in notifications
+        ]
+    return result
+
+
+def to_sarif(findings: Sequence[Finding], rules: Iterable[RuleMetadata], *, run_invocation: dict | None = None) -> dict:
     """One SARIF run; every rule that appears in ``findings`` is described once
-    (GitHub rejects uploads with duplicate rule ids)."""
+    (GitHub rejects uploads with duplicate rule ids).  ``run_invocation`` (see
+    ``invocation``) says whether detaudit itself ran to its end."""
     used = {f.code for f in findings}
     descriptors = []
     index_of: dict[str, int] = {}
@@ -63,23 +76,20 @@ def to_sarif(findings: Sequence[Finding], rules: Iterable[RuleMetadata]) -> dict
         if finding.cell is not None:
             result["properties"] = {"notebookCell": finding.cell}
         results.append(result)
-    return {
-        "$schema": SARIF_SCHEMA,
-        "version": "2.1.0",
-        "runs": [
-            {
-                "tool": {
-                    "driver": {
-                        "name": "detaudit",
-                        "version": __version__,
-                        "informationUri": INFORMATION_URI,
-                        "rules": descriptors,
-                    }
-                },
-                "results": results,
+    run: dict = {
+        "tool": {
+            "driver": {
+                "name": "detaudit",
+                "version": __version__,
+                "informationUri": INFORMATION_URI,
+                "rules": descriptors,
             }
-        ],
+        },
+        "results": results,
     }
+    if run_invocation is not None:
+        run["invocations"] = [run_invocation]
+    return {"$schema": SARIF_SCHEMA, "version": "2.1.0", "runs": [run]}
 
 
 def _message(finding: Finding) -> str:

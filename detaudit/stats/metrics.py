@@ -108,7 +108,7 @@ class RunOutputs:
     final: dict[str, float] = field(default_factory=dict)  # last value per metric
     history: dict[str, dict[int, float]] = field(default_factory=dict)  # metric -> step -> value
     predictions: dict[str, Path] = field(default_factory=dict)  # "name" or "name@step" -> file
-    problems: list[str] = field(default_factory=list)  # unreadable metric lines
+    problems: list[str] = field(default_factory=list)  # unreadable metric lines, children killed at exit
     torch_seed: int | None = None  # torch.initial_seed() when the last value was logged (log_metric only)
 
     def add(self, name: str, value: float, step: int | None) -> None:

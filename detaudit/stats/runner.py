@@ -17,7 +17,7 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 
 from detaudit.report.progress import RunProgress
-from detaudit.stats.metrics import STATS_DIR_ENV, read_run_outputs
+from detaudit.stats.metrics import STATS_DIR_ENV, STDOUT_PREFIX, read_run_outputs
 from detaudit.stats.study import PlannedRun, RunRecord, Study
 
 OUTPUT_TAIL_LINES = 30
@@ -70,9 +70,15 @@ def launch(script: str, script_args, folder: Path, options, timeout: float | Non
     options.extra_env = {**options.extra_env, **seed_env, STATS_DIR_ENV: str(folder.resolve())}
     options.output_dir = folder / "launch"
     result = run_script(
-        script, script_arguments(script_args, options.seed), options=options, timeout=timeout, cancel=cancel
+        script,
+        script_arguments(script_args, options.seed),
+        options=options,
+        timeout=timeout,
+        cancel=cancel,
+        keep_lines_with=STDOUT_PREFIX,
     )
-    outputs = read_run_outputs(folder, result.stdout)
+    outputs = read_run_outputs(folder, "\n".join(result.kept_lines))  # every metric line, however long the output
+    outputs.problems.extend(result.warnings)
     return result, outputs
 
 
