@@ -1,19 +1,32 @@
 """Time a plain training step against the same step under detaudit's tracer.
 
 Prints, for each model and device (CPU; CUDA when available), the median step
-time plain and traced, the ratio, and the aten ops traced per step, all
-measured in this one run.  Not a test: timings depend on the machine.
+time plain and traced, the ratio, the aten ops traced per step and the
+tracer's cost per op (traced minus plain, over the ops), all measured in this
+one run.  The ``layers10``, ``layers100`` and ``layers1000`` models (10, 100,
+1,000 tiny Linear+ReLU layers) sweep the op count on tensors so small that the
+per-op cost is all there is.  Beside the tracer's cost per op stands the
+floor: what a dispatch mode that does nothing but call the op costs (Python's
+share of any TorchDispatchMode, which no tracer written in Python goes
+below).  ``--clock cpu`` times the process's CPU time instead of wall time:
+steadier on a loaded machine.  ``--baseline PATH`` also times the tracer of
+another checkout of detaudit (say, the main branch's) in the same blocks and
+prints its cost per op beside this one's: a change's effect, measured under
+the same load.  Not a test: timings depend on the machine.
 
 Plain and traced steps alternate in short blocks (a fresh watcher and tracer
 per traced block) and the ratio is the median of the per-block ratios, so a
 load change on a shared machine hits both sides alike instead of one.
 
-Usage: python bench/trace_overhead.py [--rounds N] [--steps N] [--threads N] [--models mlp,small_cnn]
+Usage: python bench/trace_overhead.py [--rounds N] [--steps N] [--threads N] [--clock wall|cpu]
+                                     [--models mlp,layers10,layers100,layers1000] [--baseline CHECKOUT]
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
+import os
 import statistics
 import sys
 import time
@@ -21,6 +34,7 @@ from pathlib import Path
 
 import torch
 from torch import nn
+from torch.utils._python_dispatch import TorchDispatchMode
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from detaudit.dynamic.tracer import OpTracer  # noqa: E402
@@ -46,7 +60,27 @@ def big_matmul(device):
     return model, torch.randn(512, width, device=device), torch.randint(0, 10, (512,), device=device)
 
 
-MODELS = {"mlp": mlp, "small_cnn": small_cnn, "big_matmul": big_matmul}
+def tiny_layers(count: int):
+    """A stack of ``count`` Linear(8, 8)+ReLU layers on 4 rows: per-op cost only."""
+
+    def build(device):
+        layers = [module for _ in range(count) for module in (nn.Linear(8, 8), nn.ReLU())]
+        model = nn.Sequential(*layers, nn.Linear(8, 10)).to(device)
+        return model, torch.randn(4, 8, device=device), torch.randint(0, 10, (4,), device=device)
+
+    return build
+
+
+MODELS = {
+    "mlp": mlp,
+    "small_cnn": small_cnn,
+    "big_matmul": big_matmul,
+    **{f"layers{count}": tiny_layers(count) for count in (10, 100, 1000)},
+}
+
+
+CLOCKS = {"wall": time.perf_counter, "cpu": time.process_time}
+clock = time.perf_counter
 
 
 class Trainer:
@@ -61,20 +95,47 @@ class Trainer:
     def step_seconds(self) -> float:
         if self.device.type == "cuda":
             torch.cuda.synchronize()
-        started = time.perf_counter()
+        started = clock()
         self.optimizer.zero_grad()
         nn.functional.cross_entropy(self.model(self.inputs), self.targets).backward()
         self.optimizer.step()  # the tracer flushes its digests here, once per step
         if self.device.type == "cuda":
             torch.cuda.synchronize()
-        return time.perf_counter() - started
+        return clock() - started
 
 
-def traced_block(trainer: Trainer, steps: int) -> tuple[list[float], int]:
+def load_tracer(checkout: Path) -> tuple[type, type]:
+    """``OpTracer`` and ``TrainingWatcher`` of another checkout of detaudit,
+    imported beside this one's: its modules are loaded under the same names,
+    then taken out of ``sys.modules`` again (they keep their own imports)."""
+
+    def loaded() -> dict:
+        return {name: module for name, module in sys.modules.items() if name.partition(".")[0] == "detaudit"}
+
+    ours = loaded()
+    for name in ours:
+        del sys.modules[name]
+    sys.path.insert(0, str(checkout))
+    try:
+        tracer_module = importlib.import_module("detaudit.dynamic.tracer")
+        watch_module = importlib.import_module("detaudit.dynamic.watch")
+    finally:
+        sys.path.remove(str(checkout))
+        for name in loaded():
+            del sys.modules[name]
+        sys.modules.update(ours)
+    if Path(tracer_module.__file__).resolve().parents[2] != checkout.resolve():
+        sys.exit(f"error: {checkout} holds no detaudit package")
+    return tracer_module.OpTracer, watch_module.TrainingWatcher
+
+
+def traced_block(trainer: Trainer, steps: int, tracing=(OpTracer, TrainingWatcher)) -> tuple[list[float], int]:
     """Step times under a fresh watcher and tracer (after one untimed warm-up
-    step), and the number of ops traced per step."""
-    watcher = TrainingWatcher()
-    tracer = OpTracer()
+    step), and the number of ops traced per step.  ``tracing``: the tracer and
+    watcher classes (this checkout's by default)."""
+    tracer_class, watcher_class = tracing
+    watcher = watcher_class()
+    tracer = tracer_class()
     tracer.attach(watcher)
     try:
         with tracer:
@@ -87,20 +148,38 @@ def traced_block(trainer: Trainer, steps: int) -> tuple[list[float], int]:
     return times, ops_per_step
 
 
-def measure(build, device, rounds: int, steps: int) -> dict:
+class CallOnly(TorchDispatchMode):
+    """The floor: a dispatch mode that only calls the op."""
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        return func(*args, **(kwargs or {}))
+
+
+def call_only_block(trainer: Trainer, steps: int) -> list[float]:
+    with CallOnly():
+        return [trainer.step_seconds() for _ in range(steps)]
+
+
+def measure(build, device, rounds: int, steps: int, baseline=None) -> dict:
     plain_trainer, traced_trainer = Trainer(build, device), Trainer(build, device)
+    baseline_trainer = Trainer(build, device) if baseline else None
     for _ in range(2):  # warm-up: first-call costs (allocator, kernels) on both sides
         plain_trainer.step_seconds()
-    plain, traced, ratios, ops = [], [], [], 0
+    plain, traced, floor, before, ratios, ops = [], [], [], [], [], 0
     for _ in range(rounds):
         plain_times = [plain_trainer.step_seconds() for _ in range(steps)]
+        floor.extend(call_only_block(plain_trainer, steps))
         traced_times, ops = traced_block(traced_trainer, steps)
+        if baseline:
+            before.extend(traced_block(baseline_trainer, steps, baseline)[0])
         plain.extend(plain_times)
         traced.extend(traced_times)
         ratios.append(statistics.median(traced_times) / statistics.median(plain_times))
     return {
         "plain": statistics.median(plain),
         "traced": statistics.median(traced),
+        "floor": statistics.median(floor),
+        "before": statistics.median(before) if before else None,
         "ratio": statistics.median(ratios),
         "ops": ops,
     }
@@ -111,19 +190,34 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=7, help="alternating plain/traced blocks (default 7)")
     parser.add_argument("--steps", type=int, default=5, help="timed steps per block (default 5)")
     parser.add_argument("--threads", type=int, help="torch.set_num_threads before measuring")
+    parser.add_argument("--clock", choices=CLOCKS, default="wall", help="wall time (default) or the process's CPU time")
     parser.add_argument("--models", default=",".join(MODELS), help="comma-separated subset of " + ", ".join(MODELS))
+    parser.add_argument("--baseline", type=Path, help="another checkout of detaudit whose tracer is timed beside this one's")
     args = parser.parse_args()
+    baseline = load_tracer(args.baseline) if args.baseline else None
+    global clock
+    clock = CLOCKS[args.clock]
     if args.threads:
         torch.set_num_threads(args.threads)
     devices = [torch.device("cpu")] + ([torch.device("cuda")] if torch.cuda.is_available() else [])
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} CPU threads, {args.rounds} rounds x {args.steps} steps")
-    print(f"{'model':<12}{'device':<8}{'ops/step':>9}{'plain ms':>10}{'traced ms':>11}{'ratio':>8}")
+    print(
+        f"torch {torch.__version__}, {torch.get_num_threads()} CPU threads, {args.rounds} rounds x {args.steps} steps,"
+        f" {args.clock} clock, load average {os.getloadavg()[0]:.2f}"
+    )
+    print(
+        f"{'model':<12}{'device':<8}{'ops/step':>9}{'plain ms':>10}{'traced ms':>11}{'ratio':>8}"
+        f"{'plain us/op':>13}{'added us/op':>13}{'floor us/op':>13}" + (f"{'baseline us/op':>16}" if baseline else "")
+    )
     for device in devices:
         for name in args.models.split(","):
-            result = measure(MODELS[name], device, args.rounds, args.steps)
+            result = measure(MODELS[name], device, args.rounds, args.steps, baseline)
+            per_op = result["plain"] * 1e6 / result["ops"]
+            added = {key: (result[key] - result["plain"]) * 1e6 / result["ops"] for key in ("traced", "floor", "before") if result[key]}
             print(
                 f"{name:<12}{device.type:<8}{result['ops']:>9}{result['plain'] * 1e3:>10.2f}"
-                f"{result['traced'] * 1e3:>11.2f}{result['ratio']:>7.2f}x",
+                f"{result['traced'] * 1e3:>11.2f}{result['ratio']:>7.2f}x"
+                f"{per_op:>13.1f}{added['traced']:>13.1f}{added['floor']:>13.1f}"
+                + (f"{added['before']:>16.1f}" if baseline else ""),
                 flush=True,
             )
 

@@ -33,6 +33,28 @@ class Severity(enum.IntEnum):
 
 
 @dataclass(frozen=True)
+class TextEdit:
+    """Replace the text from (``line``, ``column``) up to (``end_line``,
+    ``end_column``), end excluded, by ``text``; 1-based, columns in code points.
+    An empty range inserts ``text`` there."""
+
+    line: int
+    column: int
+    end_line: int
+    end_column: int
+    text: str
+
+
+@dataclass(frozen=True)
+class SuggestedFix:
+    """A safe fix of one finding as edits of its file's text, each made against
+    the file as it is (what ``--fix`` would change for this finding alone)."""
+
+    description: str
+    edits: tuple[TextEdit, ...]
+
+
+@dataclass(frozen=True)
 class Finding:
     """One reported problem, located in a source file.
 
@@ -40,6 +62,8 @@ class Finding:
     ``cell`` is the 1-based notebook cell when ``path`` is an ``.ipynb``;
     ``line`` is then relative to that cell.  ``details`` carries pass-specific
     facts (the dynamic pass puts kind/op/module/phase/seen/max_abs_diff there).
+    ``fix``: a safe fix an editor or code scanning can offer, when the report
+    asked for one (SARIF).
     """
 
     code: str
@@ -55,6 +79,7 @@ class Finding:
     cell: int | None = None
     details: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
     suppressed_reason: str | None = field(default=None, compare=False, hash=False)
+    fix: SuggestedFix | None = field(default=None, compare=False, hash=False)
 
     @property
     def location(self) -> str:
@@ -71,6 +96,8 @@ class Finding:
         data = asdict(self)
         data["severity"] = self.severity.label
         data.pop("suppressed_reason")
+        if self.fix is None:
+            data.pop("fix")
         if self.cell is None:
             data.pop("cell")
         if not self.details:

@@ -11,16 +11,18 @@ says that a training step must be bitwise reproducible.
 Either way the step runs ``repeats`` times (default 3) in this process, each
 time seeded alike and traced op by op (``detaudit.testing.assert_deterministic``);
 the test fails with detaudit's report (which op, source line and tensors
-differed) unless every run is bitwise identical.  With the marker, fixture
-values that are torch modules, optimizers or tensors are put back to their
-state before each repeat; other fixture objects are shared by the repeats.
+differed) when a difference reaches the final state; a latent one (read,
+then gone before the final state) only warns, unless ``strict=True``.  With
+the marker, fixture values that are torch modules, optimizers or tensors are
+put back to their state before each repeat; other fixture objects are shared
+by the repeats.
 
 Options: ``--detaudit-repeats N`` (ini ``detaudit_repeats``) and
 ``--no-detaudit``, which keeps the tests but runs each step once, unchecked
 (``-p no:detaudit`` unloads the plugin, and the fixture with it).  Marker
 arguments override per test: ``@pytest.mark.deterministic(repeats=5, seed=1,
-deterministic=True)`` (the last runs the repeats under detaudit's
-deterministic mode).
+deterministic=True, strict=True)`` (``deterministic`` runs the repeats
+under detaudit's deterministic mode).
 
 pytest imports this module in every environment where detaudit is
 installed, so it must not import torch (or numpy): the check imports them
@@ -36,7 +38,7 @@ import pytest
 
 MARKER = "deterministic"
 DEFAULT_REPEATS = 3
-_OPTION_NAMES = ("repeats", "seed", "deterministic")
+_OPTION_NAMES = ("repeats", "seed", "deterministic", "strict")
 
 
 @dataclass
@@ -91,7 +93,7 @@ def pytest_report_header(config) -> str:
 
 
 def _options(session: _Session, marker) -> dict:
-    options = {"repeats": session.repeats, "seed": 0, "deterministic": False}
+    options = {"repeats": session.repeats, "seed": 0, "deterministic": False, "strict": False}
     if marker is not None:
         unknown = sorted(set(marker.kwargs) - set(_OPTION_NAMES))
         if unknown or marker.args:
@@ -122,7 +124,7 @@ def deterministic(request):
     """``deterministic(step, **options)`` checks that the zero-argument
     ``step`` (which builds what it trains) is bitwise reproducible and returns
     detaudit's report; with --no-detaudit it runs ``step`` once and returns
-    None.  Options (repeats, seed, deterministic) default to the test's
+    None.  Options (repeats, seed, deterministic, strict) default to the test's
     ``@pytest.mark.deterministic(...)`` arguments."""
     session = request.config.stash[_SESSION]
     defaults = _options(session, request.node.get_closest_marker(MARKER))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from typing import Any, Callable
 
 
@@ -12,15 +13,20 @@ def assert_deterministic(
     seed: int | None = 0,
     deterministic: bool = False,
     setup: Callable[[], Any] | None = None,
+    strict: bool = False,
 ):
     """Run ``step`` ``repeats`` times with ``detaudit.audit`` and raise
-    ``AssertionError`` (with the report) unless every run is bitwise identical.
-    Returns the report when it passes.  ``setup`` runs before each repeat,
+    ``AssertionError`` (with the report) when the runs fail the gate of
+    ``detaudit run``: a difference reached the final state, or, with
+    ``strict``, a latent difference (read, then vanished before the final
+    state), which otherwise only warns.  Returns the report when it passes.  ``setup`` runs before each repeat,
     untraced (see ``audit``).  The pytest plugin (``detaudit.pytest_plugin``)
     builds ``@pytest.mark.deterministic`` and the ``deterministic`` fixture on it."""
     from detaudit.dynamic.audit import audit
 
-    report = audit(step, repeats=repeats, seed=seed, deterministic=deterministic, setup=setup)
-    if not report.deterministic:
+    report = audit(step, repeats=repeats, seed=seed, deterministic=deterministic, setup=setup, strict=strict)
+    if not report.passed:
         raise AssertionError(report.to_text())
+    if not report.deterministic:
+        warnings.warn(f"detaudit: {report.verdict_line()}", stacklevel=2)
     return report

@@ -56,8 +56,13 @@ def test_calibrate_cpu_finds_put_raising_and_writes_a_loadable_table(tmp_path):
 
 @pytest.mark.skipif((os.cpu_count() or 1) < 2, reason="the CPU index_put race needs two threads")
 def test_cpu_index_put_race_shows_and_deterministic_mode_fixes_it():
-    with calibrate._threads(calibrate.CPU_THREADS):
-        result = measure("index_put-accumulate", "index_put_accumulate", "cpu", repeats=10)  # a race can hide in a few runs on a loaded machine
+    # a race needs both threads running at once: on a loaded machine it can hide
+    # for a whole measurement, so up to three are taken before it counts as absent
+    for _ in range(3):
+        with calibrate._threads(calibrate.CPU_THREADS):
+            result = measure("index_put-accumulate", "index_put_accumulate", "cpu", repeats=10)
+        if result.error is not None or result.backward.default_runs_differ:
+            break
     assert result.error is None
     assert result.backward.alert is None
     assert result.backward.default_runs_differ >= 1  # W[idx] backward: parallel index_put accumulate

@@ -80,6 +80,82 @@ def test_sarif_validates_against_the_official_schema():
     assert len(run["results"]) == 12
 
 
+FIXABLE = {
+    "train.py": (
+        "import os\n"
+        "import torch\n"
+        "\n"
+        'name = "données"; torch.backends.cudnn.benchmark = True  # faster convolutions\n'
+        "torch.backends.cuda.matmul.allow_tf32 = True  # allow tf32 on matmul\n"
+        "torch.set_float32_matmul_precision('high')\n"
+        "torch.manual_seed(0)\n"
+        "files = os.listdir('data')\n"
+        "x = torch.load(files[0])\n"
+    ),
+    "model.py": "import torch\r\nfrom torch import nn\r\nmodel = nn.Linear(4, 2)\r\nmodel.weight.sum().backward()\r\n",
+}
+
+
+def apply_sarif_fixes(text: str, results: list[dict]) -> str:
+    """The text with the replacements of every fix in ``results`` applied, as an
+    editor would: regions are lines and code-point columns of the original text."""
+    lines = text.splitlines(keepends=True)
+    starts = [0]
+    for line in lines:
+        starts.append(starts[-1] + len(line))
+    replacements = [r for result in results for fix in result.get("fixes", ()) for change in fix["artifactChanges"] for r in change["replacements"]]
+    offset = lambda line, column: starts[line - 1] + column - 1  # noqa: E731
+    for replacement in sorted(replacements, key=lambda r: offset(r["deletedRegion"]["startLine"], r["deletedRegion"]["startColumn"]), reverse=True):
+        region = replacement["deletedRegion"]
+        start, end = offset(region["startLine"], region["startColumn"]), offset(region["endLine"], region["endColumn"])
+        assert start <= end
+        text = text[:start] + replacement["insertedContent"]["text"] + text[end:]
+    return text
+
+
+def test_sarif_fixes_are_what_fix_writes(tmp_path):
+    """Each finding with a safe fix carries it in SARIF; applied as an editor
+    would, the fixes give the file ``--fix`` writes (one fix per file here, or
+    fixes that do not overlap).  The output still validates against the schema."""
+    schema = json.loads((REPO / "tests" / "sarif-schema-2.1.0.json").read_text())
+    for name, text in FIXABLE.items():
+        with open(tmp_path / name, "w", encoding="utf-8", newline="") as stream:
+            stream.write(text)
+    result = detaudit("check", "--format", "sarif", "--no-cache", ".", cwd=tmp_path)
+    sarif = json.loads(result.stdout)
+    jsonschema.validate(sarif, schema)
+    results = sarif["runs"][0]["results"]
+    fixed_rules = {(r["locations"][0]["physicalLocation"]["artifactLocation"]["uri"], r["ruleId"]) for r in results if r.get("fixes")}
+    assert fixed_rules == {
+        ("train.py", "DET010"), ("train.py", "DET011"), ("train.py", "DET031"), ("model.py", "DET001"),
+    }
+    assert all(r["fixes"][0]["artifactChanges"][0]["artifactLocation"]["uri"] == r["locations"][0]["physicalLocation"]["artifactLocation"]["uri"]
+               for r in results if r.get("fixes"))
+    by_file = {name: [r for r in results if r["locations"][0]["physicalLocation"]["artifactLocation"]["uri"] == name] for name in FIXABLE}
+    suggested = {name: apply_sarif_fixes(text, by_file[name]) for name, text in FIXABLE.items()}
+    fixed = detaudit("check", "--fix", "--no-cache", ".", cwd=tmp_path)
+    assert fixed.returncode in (0, 1), fixed.stderr
+    for name in FIXABLE:
+        with open(tmp_path / name, encoding="utf-8", newline="") as stream:
+            assert suggested[name] == stream.read(), name
+    assert "torch.backends.cudnn.benchmark = False\n" in suggested["train.py"]  # after the non-ASCII string
+    assert "import torch\r\nfrom torch import nn\r\n\r\ntorch.manual_seed(0)\r\n" in suggested["model.py"]
+
+
+def test_output_file_in_a_missing_directory_is_created(tmp_path):
+    """``-o reports/x.sarif`` creates ``reports/`` as ruff's ``--output-file`` does;
+    a path that cannot be written is one line and exit 2, not a traceback."""
+    write(tmp_path / "train.py", HAZARD)
+    result = detaudit("check", "--no-cache", "--format", "sarif", "-o", "reports/ci/x.sarif", "train.py", cwd=tmp_path)
+    assert result.returncode == 1, result.stderr
+    assert json.loads((tmp_path / "reports" / "ci" / "x.sarif").read_text())["runs"][0]["results"]
+    write(tmp_path / "blocker", "a file, not a directory")
+    blocked = detaudit("check", "--no-cache", "-o", "blocker/x.sarif", "train.py", cwd=tmp_path)
+    assert blocked.returncode == 2
+    assert blocked.stderr.startswith("detaudit: error: cannot write the report to blocker/x.sarif")
+    assert len(blocked.stderr.splitlines()) == 1 and "Traceback" not in blocked.stderr
+
+
 def test_github_annotations(tmp_path):
     write(tmp_path / "train.py", HAZARD)
     result = detaudit("check", "--format", "github", "--no-cache", "train.py", cwd=tmp_path)
@@ -327,6 +403,47 @@ def test_multi_line_node_in_an_indented_block_is_located():
     )
     (finding,) = [f for f in check_source(text, "train.py").findings if f.name == "cudnn-benchmark"]
     assert (finding.line, finding.column, finding.end_line, finding.end_column) == (3, 5, 7, 6)
+
+
+def test_code_repeated_within_one_statement_is_located_by_its_rank_in_pythons_ast():
+    """Identical multi-line calls in one class are ambiguous by text; the k-th call
+    of the tree is where Python's ast puts its k-th call (non-ASCII text before
+    one of them, a parenthesised one that must fall back), as libcst's
+    PositionProvider says."""
+    import libcst as cst
+    from libcst.metadata import MetadataWrapper, PositionProvider
+
+    from detaudit.static.engine import _Locator
+
+    text = (
+        "import torch.nn.functional as F\n\n"
+        "class Net:\n"
+        "    def a(self, x):\n"
+        "        return F.interpolate(\n            x, scale_factor=2, mode='bilinear'\n        )\n\n"
+        "    def b(self, x):\n"
+        "        é = 1; y = F.interpolate(\n            x, scale_factor=2, mode='bilinear'\n        )\n"
+        "        return (F.interpolate(\n            x, scale_factor=2, mode='bilinear'\n        ))\n\n"
+        "    def c(self, x):\n"
+        "        return (F.interpolate(\n            x, scale_factor=2, mode='bilinear'\n        ))\n"
+    )
+    module = cst.parse_module(text)
+    calls = [n for n in _all_nodes(module) if isinstance(n, cst.Call) and module.code_for_node(n.func) == "F.interpolate"]
+    locator = _Locator(module, text)
+    assert len(calls) == 4 and all(locator._by_text(call) is None for call in calls)
+    assert [locator._by_rank(call) is not None for call in calls] == [True, True, False, False]
+    spans = locator.spans(calls)
+    exact = MetadataWrapper(module, unsafe_skip_copy=True).resolve(PositionProvider)
+    for call in calls:
+        p, span = exact[call], spans[id(call)]
+        assert (span.start_line, span.start_column, span.end_line, span.end_column) == (
+            p.start.line, p.start.column, p.end.line, p.end.column,
+        )
+
+
+def _all_nodes(module):
+    from detaudit.static.walk import iter_nodes
+
+    return list(iter_nodes(module))
 
 
 def test_fast_node_location_agrees_with_libcst_positions():

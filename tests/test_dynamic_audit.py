@@ -57,6 +57,28 @@ def test_audit_deterministic_mode_fixes_the_race():
     assert detaudit.audit(embedding_step, repeats=3, deterministic=True).deterministic
 
 
+def uninitialized_bias_step():
+    # a fresh 4 KiB block, taken and handed back before the bias: in one
+    # process the allocator gives the bias the same bytes every repeat
+    torch.zeros(1024)
+    bias = torch.nn.Parameter(torch.empty(1024))
+    (bias * 2).sum().backward()
+    return {"bias": bias}
+
+
+def test_audit_finds_a_read_of_uninitialized_memory_whatever_bytes_the_allocator_hands_back():
+    report = detaudit.audit(uninitialized_bias_step, repeats=2)
+    assert report.verdict == "nondeterministic"
+    [cause] = report.root_causes
+    assert cause.kind == "uninitialized-memory" and cause.op.startswith("aten.empty")
+    assert cause.line == uninitialized_bias_step.__code__.co_firstlineno + 4  # the torch.empty line
+
+
+def test_audit_leaves_torchs_own_fill_of_uninitialized_memory_alone():
+    # deterministic algorithms fill torch.empty with NaN (fill_uninitialized_memory): the same in every run
+    assert detaudit.audit(uninitialized_bias_step, repeats=2, deterministic=True).deterministic
+
+
 def test_assert_deterministic_fails_with_the_rendered_report():
     assert_deterministic(small_mlp_step, repeats=2)
 

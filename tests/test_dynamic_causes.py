@@ -27,10 +27,14 @@ def test_codes_and_names_are_unique():
         _register(CauseKind("DYN099", "rng", "", ""))
 
 
-def test_each_variation_keeps_a_control_pair_then_varies_a_launch_option():
+def test_each_variation_varies_a_launch_option_between_repeats_or_is_an_audit_of_its_own():
     assert VARIATIONS["threads"].settings(4) == [1, 1, 2, 4]
     assert VARIATIONS["hashseed"].settings(4) == ["0", "0", "1", "2"]
     launch_options = {f.name for f in fields(LaunchOptions)}
     for variation in VARIATIONS.values():
-        assert variation.launch_option in launch_options
+        if variation.repeats_script:
+            assert variation.launch_option in launch_options and not variation.audit
+        else:
+            assert callable(variation.audit_function()) and not variation.launch_option
         assert CAUSE_KINDS[variation.cause.name] is variation.cause
+    assert not VARIATIONS["batch"].repeats_script

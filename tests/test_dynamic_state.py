@@ -7,7 +7,8 @@ import pytest
 import torch
 
 from detaudit.dynamic.compare import Trace, compare_traces
-from detaudit.dynamic.state import compare_states, tensor_diff
+from detaudit.dynamic.saved_state import SavedState, compare_saved_states
+from detaudit.dynamic.state import state_digests, tensor_diff
 from detaudit.dynamic.tracer import OpTracer
 
 
@@ -25,8 +26,28 @@ def test_tensor_diff_measures_abs_rel_ulp_and_fraction():
 
 def test_negative_zero_differs_and_missing_tensor_is_reported():
     assert tensor_diff("z", torch.tensor([0.0]), torch.tensor([-0.0])).fraction_differing == 1.0  # bits, not values
-    diffs = compare_states({"a": torch.zeros(2)}, {"a": torch.zeros(2), "b": torch.ones(1)})
+    diffs = compare_saved_states(
+        SavedState.of_tensors({"a": torch.zeros(2)}), SavedState.of_tensors({"a": torch.zeros(2), "b": torch.ones(1)})
+    )
     assert [d.name for d in diffs] == ["b"]
+
+
+def test_saved_states_are_compared_by_digest_and_loaded_only_where_they_differ():
+    loads = []
+
+    def saved(tensors: dict) -> SavedState:
+        return SavedState(state_digests(tensors), lambda: loads.append(sorted(tensors)) or tensors)
+
+    same = {"w": torch.arange(6.0).reshape(2, 3), "step": torch.tensor(3)}
+    assert compare_saved_states(saved(same), saved({k: v.clone() for k, v in same.items()})) == []
+    assert loads == []  # equal digests: nothing loaded
+    changed = {**same, "w": same["w"].clone()}
+    changed["w"][1, 2] = torch.nextafter(changed["w"][1, 2], torch.tensor(10.0))
+    [diff] = compare_saved_states(saved(same), saved(changed))
+    assert (diff.name, diff.fraction_differing) == ("w", 1 / 6) and diff.max_ulp == 1
+    assert len(loads) == 2  # each side loaded once for the differing tensor
+    [missing] = compare_saved_states(saved(same), saved({**same, "extra": torch.ones(4)}))
+    assert (missing.name, missing.shape, missing.dtype) == ("extra", [4], "missing in one run")
 
 
 def _digests(tensor: torch.Tensor, device_path: bool = False) -> int:

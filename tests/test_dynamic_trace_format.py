@@ -17,7 +17,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 _IMPORT_THE_COMPARISON = """
 import sys
-import detaudit.dynamic.compare, detaudit.dynamic.analysis
+import detaudit.dynamic.compare, detaudit.dynamic.analysis, detaudit.dynamic.divergence
 print(sorted({"torch", "numpy"} & set(sys.modules)))
 """
 
@@ -83,3 +83,32 @@ def test_records_name_their_fields_and_survive_the_json_round_trip(tmp_path):
 
 def _as_lists(value):
     return [_as_lists(item) for item in value] if isinstance(value, (tuple, list)) else value
+
+
+def test_a_closure_handed_to_step_is_the_steps_forward_and_backward_not_the_optimizer():
+    # LBFGS and Lightning's automatic optimization run the forward and backward from inside step()
+    torch.manual_seed(0)
+    model = torch.nn.Linear(4, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1, foreach=False)
+    inputs = torch.randn(8, 4)
+
+    def closure():
+        optimizer.zero_grad()
+        loss = model(inputs).square().mean()
+        loss.backward()
+        return loss
+
+    watcher = TrainingWatcher()
+    tracer = OpTracer()
+    tracer.attach(watcher)
+    try:
+        with tracer:
+            loss = optimizer.step(closure)
+    finally:
+        watcher.close()
+    trace = Trace(**tracer.trace_data())
+    phases = {(record.op, record.phase) for record in trace.ops}
+    assert ("aten.addmm.default", FORWARD) in phases
+    assert any(phase == BACKWARD for _, phase in phases)
+    assert {phase for op, phase in phases if op == "aten.add_.Tensor"} == {OPTIMIZER}  # SGD's update
+    assert loss is not None and watcher.steps == 1 and not watcher.in_optimizer

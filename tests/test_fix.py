@@ -16,7 +16,7 @@ import pytest
 
 from detaudit.static.edits import InsertStatement, Replace, insert_before_first_use, with_keyword_arguments, wrapped_in_call
 from detaudit.static.engine import check_file
-from detaudit.static.fix import apply_edits, apply_fixes
+from detaudit.static.fix import apply_edits, apply_fixes, fix_source
 from detaudit.static.rule import RuleHit, all_rules, find_rule
 
 REPO = Path(__file__).resolve().parent.parent
@@ -76,7 +76,7 @@ def test_every_rule_with_a_fix_documents_one():
 
 def _fix_pairs():
     for original in sorted(FIX_FIXTURES.glob("*.py")):
-        if original.stem.endswith((".fixed", ".safe_fixed")):
+        if original.stem.endswith((".fixed", ".safe_fixed", ".detaudit_fixed")):
             continue
         yield pytest.param(original, id=original.stem)
 
@@ -92,6 +92,84 @@ def test_fix_fixture_becomes_its_fixed_version(tmp_path, original):
         outcome = fix(path, unsafe=unsafe)
         assert outcome.errors == []
         assert path.read_text() == (expected if expected.exists() else original).read_text(), suffix
+
+
+def test_the_detaudit_fix_style_calls_detaudits_helpers():
+    """``fix-style = "detaudit"``: the same fixes as calls of detaudit's helpers."""
+    original = FIX_FIXTURES / "unseeded_script.py"
+    fixed = fix_source(original.read_text(), original, unsafe=True, fix_style="detaudit")
+    assert fixed.error is None
+    assert fixed.text == (FIX_FIXTURES / "unseeded_script.detaudit_fixed.py").read_text()
+
+
+@pytest.mark.parametrize("relative", [p for p in FIX_FIXTURES.glob("*.py") if p.stem.count(".") == 0], ids=lambda p: p.stem)
+def test_plain_fixes_never_make_code_depend_on_detaudit(relative):
+    fixed = fix_source(relative.read_text(), relative, unsafe=True)
+    assert fixed.error is None and fixed.fixed > 0
+    added = [line for line in difflib.ndiff(relative.read_text().splitlines(), fixed.text.splitlines()) if line.startswith("+ ")]
+    assert added and not [line for line in added if "detaudit" in line]
+
+
+@pytest.mark.parametrize(
+    ("source", "seeding"),
+    [
+        # the file's own names; RNGs the file imports are seeded too, as seed_everything would
+        ("import numpy as np\nimport torch as T\nx = T.randn(3)\nprint(x.sum())\n", "np.random.seed(0)\nT.manual_seed(0)\n"),
+        # only what the file lacks is imported
+        (
+            "from torch import nn\nimport random\nmodel = nn.Linear(4, 2)\nmodel.weight.sum().backward()\n"
+            "print(model, random.random())\n",
+            None,
+        ),
+    ],
+)
+def test_plain_seeding_uses_the_files_names(source, seeding):
+    fixed = fix_source(source, "train.py", rules=[find_rule("missing-torch-seed"), find_rule("missing-python-seed")])
+    assert fixed.error is None
+    if seeding is not None:
+        assert seeding in fixed.text and "import numpy\n" not in fixed.text and "import torch\n" not in fixed.text
+    else:
+        assert fixed.text.count("import random") == 1
+        assert "import torch\n\nrandom.seed(0)\ntorch.manual_seed(0)\n" in fixed.text
+
+
+def test_plain_determinism_fix_sets_what_enable_determinism_sets(tmp_path):
+    """The written-out settings (from the settings table) really switch torch:
+    run them and read each setting back as ``enable_determinism`` would."""
+    from detaudit.static.fix_code import determinism_code, determinism_settings
+
+    code = determinism_code({}, "plain")
+    assert any("use_deterministic_algorithms(True)" in line for line in code.lines)
+    probe = "\n".join(
+        [*(f"import {module}" for module in code.imports), "import torch", *code.lines,
+         "from detaudit.knowledge.backend_settings import backend_settings",
+         "from detaudit.runtime.settings import access",
+         "from detaudit.static.fix_code import determinism_settings",
+         "print(all(access(torch, s).read() == access(torch, s).spelling.environment and s.safe or access(torch, s).read() == s.safe"
+         " for s, _ in determinism_settings()))",
+         "print(torch.are_deterministic_algorithms_enabled())"]
+    )
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    env.pop("CUBLAS_WORKSPACE_CONFIG", None)
+    run = subprocess.run([sys.executable, "-c", probe], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    assert run.stdout.split() == ["True", "True"], run.stderr
+    assert len(code.lines) == len(determinism_settings())
+
+
+def test_a_comment_about_the_old_value_goes_with_it():
+    source = (
+        "import torch\n"
+        "torch.backends.cuda.matmul.allow_tf32 = True  # allow tf32 on matmul\n"
+        "torch.backends.cudnn.benchmark = True  # faster convolutions\n"
+        "torch.set_float32_matmul_precision('high')  # see README\n"
+    )
+    fixed = fix_source(source, "train.py", rules=[find_rule("tf32"), find_rule("cudnn-benchmark")])
+    assert fixed.text == (
+        "import torch\n"
+        "torch.backends.cuda.matmul.allow_tf32 = False\n"
+        "torch.backends.cudnn.benchmark = False\n"
+        "torch.set_float32_matmul_precision('highest')  # see README\n"
+    )
 
 
 def test_fixed_script_trains_identically_in_two_processes(tmp_path):
@@ -342,4 +420,17 @@ def test_cli_fix_never_imports_torch(tmp_path):
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     run = subprocess.run([sys.executable, "-c", probe], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
     assert run.stdout.strip().splitlines()[-1] == "[]", run.stderr
-    assert "detaudit.seed_everything(0)" in (tmp_path / "train.py").read_text()
+    assert "torch.manual_seed(0)" in (tmp_path / "train.py").read_text()
+
+
+def test_fix_style_from_config_and_command_line(tmp_path):
+    write(tmp_path / "pyproject.toml", '[tool.detaudit]\nfix-style = "detaudit"\n')
+    source = FIX_FIXTURES.joinpath("unseeded_script.py").read_text()
+    path = write(tmp_path / "train.py", source)
+    assert "+import detaudit" in detaudit("--diff", "train.py", cwd=tmp_path).stdout
+    plain = detaudit("--diff", "--fix-style", "plain", "train.py", cwd=tmp_path).stdout  # the flag wins
+    assert "+torch.manual_seed(0)" in plain and "detaudit" not in plain
+    write(tmp_path / "pyproject.toml", '[tool.detaudit]\nfix-style = "helpers"\n')
+    bad = detaudit("--fix", "train.py", cwd=tmp_path)
+    assert bad.returncode == 2 and "pyproject.toml:2: fix-style: unknown fix style 'helpers'" in bad.stderr
+    assert path.read_text() == source

@@ -75,6 +75,10 @@ def test_every_optional_field_is_accepted_by_both():
         measurements=[{"torch": "2.13.0", "device": "cpu"}],
         alerts=["put_"],
         when=[{"arg": "accumulate", "in": [False]}],
+        one_thread_deterministic=True,
+        deterministic_settings=["cudnn-benchmark"],
+        replacement="use put_ on unique indices",
+        hazard_by_default=True,
     )
     entry["spellings"][0].update(shared_name=False, when=[{"arg": "index", "passed": True}])
     entry["spellings"][1]["when"] = [{"arg": "source", "not_number": True}]
@@ -147,8 +151,18 @@ BROKEN = [
     ("source kind unknown", _edit(lambda d: d["ops"][0]["sources"][0].update(kind="blog")), "ops[0].sources[0].kind"),
     ("source without ref", _edit(lambda d: _without(d["ops"][0]["sources"][0], "ref")), "ops[0].sources[0]"),
     ("source unknown key", _edit(lambda d: d["ops"][0]["sources"][0].update(url="x")), "ops[0].sources[0]"),
+    ("one_thread_deterministic a string", _edit(lambda d: d["ops"][0].update(one_thread_deterministic="yes")), "ops[0].one_thread_deterministic"),
+    ("deterministic_settings empty", _edit(lambda d: d["ops"][0].update(deterministic_settings=[])), "ops[0].deterministic_settings"),
+    ("hazard_by_default a string", _edit(lambda d: d["ops"][0].update(hazard_by_default="yes")), "ops[0].hazard_by_default"),
+    ("replacement empty", _edit(lambda d: d["ops"][0].update(replacement="")), "ops[0].replacement"),
     ("measurement not an object", _edit(lambda d: d["ops"][0].update(measurements=["2.13"])), "ops[0].measurements[0]"),
 ]  # fmt: skip
+
+
+def test_deterministic_settings_name_settings_of_the_settings_table():
+    document = _edit(lambda d: d["ops"][0].update(deterministic_settings=["cudnn-benchmark", "cudnn-turbo"]))
+    with pytest.raises(OpsTableError, match=r"ops\[0\]\.deterministic_settings\[1\]: 'cudnn-turbo' is not a setting"):
+        parse_ops_table(document, "t.json")
 
 
 @pytest.mark.parametrize("label, document, path", BROKEN, ids=[case[0] for case in BROKEN])
@@ -167,6 +181,7 @@ READER_ONLY = [
      f"ops[{len(shipped()['ops'])}].id: duplicate id {shipped()['ops'][3]['id']!r} (first at ops[3])"),
     ("condition on no parameter", _edit(lambda d: d["ops"][0]["when"][0].update(arg="acumulate")), "ops[0].spellings[0]: condition argument 'acumulate'"),
     ("signature not Python", _edit(lambda d: d["ops"][0]["spellings"][0].update(signature="input, index=(")), "ops[0].spellings[0].signature: "),
+    ("hazard_by_default without static", _edit(lambda d: d["ops"][0].update(hazard_by_default=True)), "ops[0].hazard_by_default: only an entry with `static`"),
     ("default not a literal", _edit(lambda d: d["ops"][0]["spellings"][0].update(signature="input, index=torch.x")), "ops[0].spellings[0].signature: "),
 ]  # fmt: skip
 

@@ -185,7 +185,7 @@ def test_repeats_from_the_ini_file_and_bad_marker_arguments(training):
     result = training.runpytest_subprocess()
     result.stdout.fnmatch_lines(["detaudit: deterministic steps run 2x under one seed*"])
     result.assert_outcomes(passed=1, failed=1)
-    assert "takes only keyword arguments repeats, seed, deterministic; got repeat" in result.stdout.str()
+    assert "takes only keyword arguments repeats, seed, deterministic, strict; got repeat" in result.stdout.str()
 
 
 def test_pytest_start_up_imports_no_torch(pytester):

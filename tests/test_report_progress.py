@@ -53,3 +53,30 @@ def test_live_bar_with_eta_on_a_terminal():
     assert "fixed-001: seed 0, timed out" in screen  # a failure is printed above the bar
     assert re.search(r"variance .* 2/4 runs \d:\d\d:\d\d ETA \d+:\d\d", "\n".join(final)), final
     assert "━" in screen  # the bar itself
+
+
+def test_work_that_grows_does_not_say_all_done_too_early():
+    # `detaudit run`: the capture reruns are known only once the first runs were compared
+    stream = io.StringIO()
+    with RunProgress("train.py", 2, console=Console(file=stream, width=60), more_may_follow=True) as progress:
+        for label in ("run 1", "run 2"):
+            progress.started(label)
+            progress.finished(label, "ok in 1.0 s, 2 steps")
+        progress.add(2)
+        progress.started("capture rerun of run 1")
+        progress.finished("capture rerun of run 1", "ok in 1.0 s")
+    lines = stream.getvalue().splitlines()
+    assert re.fullmatch(r"train\.py \[2/2\] run 2: ok in 1\.0 s, 2 steps · 0:00 elapsed", lines[1])
+    capture = r"train\.py \[3/4\] capture rerun of run 1: ok in 1\.0 s · 0:00 elapsed, about 0:00 left"
+    assert re.fullmatch(capture, lines[2])
+    assert "all done" not in stream.getvalue()
+
+
+def test_a_growing_total_moves_the_live_bar():
+    stream = io.StringIO()
+    console = Console(file=stream, force_terminal=True, force_interactive=True, width=120)
+    with RunProgress("train.py", 2, console=console, more_may_follow=True) as progress:
+        progress.finished("run 1", "ok")
+        progress.add(2)
+    screen = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", stream.getvalue())
+    assert re.search(r"train\.py .* 1/4 runs", screen.splitlines()[-1]), screen.splitlines()[-2:]

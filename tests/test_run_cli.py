@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -22,6 +23,15 @@ with contextlib.suppress(SystemExit), contextlib.redirect_stdout(io.StringIO()):
 print("torch" in sys.modules)
 """
 
+# a deterministic audit's parent compares the children's traces and state digests: no torch, no numpy
+_AUDIT_THEN_REPORT_HEAVY = """
+import contextlib, io, sys
+from detaudit.cli import main
+with contextlib.redirect_stdout(io.StringIO()) as out:
+    code = main(["run", sys.argv[1], "--repeats", "2"])
+print(code, "deterministic" in out.getvalue(), sorted({"torch", "numpy"} & set(sys.modules)))
+"""
+
 
 def _run(capsys, *args) -> tuple[int, str, str]:
     code = main(["run", *map(str, args)])
@@ -31,9 +41,13 @@ def _run(capsys, *args) -> tuple[int, str, str]:
 
 def test_deterministic_script_over_three_repeats(capsys, tmp_path):
     junit = tmp_path / "junit.xml"
-    code, out, _ = _run(capsys, FIXTURES / "deterministic_mlp.py", "--format", "json", "--junit-xml", junit)
-    report = json.loads(out)
+    code, out, err = _run(capsys, FIXTURES / "deterministic_mlp.py", "--format", "json", "--junit-xml", junit)
+    report = json.loads(out)  # stdout is the JSON report alone
     assert code == 0
+    # progress goes to stderr, one plain line per run off a terminal
+    lines = err.splitlines()
+    assert len(lines) == 3 and all(f"deterministic_mlp.py [{n}/3] run {n}: ok in " in lines[n - 1] for n in (1, 2, 3))
+    assert lines[0].endswith(" left") and re.search(r", \d+ steps? · \d+:\d\d elapsed$", lines[2])
     assert report["verdict"] == "deterministic" and report["repeats"] == 3
     assert report["root_causes"] == [] and report["tensors"] == []
     assert set(report) >= {"verdict", "repeats", "root_causes", "tensors", "environment"}
@@ -43,11 +57,14 @@ def test_deterministic_script_over_three_repeats(capsys, tmp_path):
 
 def test_index_put_race_is_localized_to_its_line(capsys, tmp_path):
     junit = tmp_path / "junit.xml"
-    code, out, _ = _run(
+    code, out, err = _run(
         capsys, FIXTURES / "index_put_backward.py", "--repeats", "2", "--format", "json", "--junit-xml", junit
     )
     report = json.loads(out)
     assert code == 1 and report["verdict"] == "nondeterministic"
+    # run 1 kept its first steps, run 2 the ops that differed from run 1's as it ran: no capture rerun
+    runs = [re.search(r"\] (.*?): ", line).group(1) for line in err.splitlines()]
+    assert runs == ["run 1", "run 2"], err
     [cause] = report["root_causes"]
     assert set(cause) >= {"kind", "op", "path", "line", "module", "phase", "seen", "max_abs_diff"}
     assert cause["kind"] == "nondeterministic-op"
@@ -60,6 +77,14 @@ def test_index_put_race_is_localized_to_its_line(capsys, tmp_path):
     names = {tensor["name"] for tensor in report["tensors"]}
     assert {"table", "table.grad"} <= names
     assert ElementTree.parse(junit).getroot().get("failures") == "1"
+
+
+def test_a_deterministic_audit_never_imports_torch_in_the_parent():
+    check = subprocess.run(
+        [sys.executable, "-c", _AUDIT_THEN_REPORT_HEAVY, str(FIXTURES / "deterministic_mlp.py")],
+        cwd=ROOT, capture_output=True, text=True, timeout=300,
+    )
+    assert check.stdout.strip() == "0 True []", check.stderr
 
 
 def test_sarif_and_github_formats_reuse_the_shared_writers(capsys):

@@ -14,7 +14,7 @@ FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "dynamic"
 CASES = [
     # fixture, extra args, kind, op prefix, line, module, what else the cause says
     ("rng_reseed.py", [], "rng", "aten.bernoulli", 14, "model.1", {"call": "torch.seed", "line": 10}),
-    ("uninitialized_bias.py", [], "uninitialized-memory", "aten.empty", 9, "", {}),
+    ("uninitialized_bias.py", [], "uninitialized-memory", "aten.empty", 11, "", {}),
     ("external_numpy.py", [], "external-input", "aten.lift_fresh", 13, "", {}),
     ("control_flow_pid.py", [], "control-flow", "aten.randn", 14, "", {"op": "aten.randn.default", "line": 14}),
     ("thread_sum.py", ["--vary", "threads", "--repeats", "3"], "thread-count", "aten.sum", 11, "", {}),

@@ -118,7 +118,7 @@ def test_batches_from_workers_may_arrive_in_any_order(capsys, tmp_path):
 
 
 def test_a_failing_capture_rerun_is_not_mistaken_for_the_run_it_repeats(capsys, tmp_path):
-    code, _, err = _run(capsys, "fails_in_capture_rerun.py", "--repeats", "2", "--", tmp_path)
+    code, _, err = _run(capsys, "fails_in_capture_rerun.py", "--repeats", "2", "--steps", "3", "--", tmp_path)
     assert code == 2
     assert "the capture rerun of run 1 of the script exited with code 1" in err
     assert "RuntimeError: the third run fails" in err

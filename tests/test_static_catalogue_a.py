@@ -17,9 +17,9 @@ from pathlib import Path
 import libcst as cst
 import pytest
 
-from detaudit.static.engine import check_file, check_source
+from detaudit.static.analyses import determinism
+from detaudit.static.engine import analyse_source, check_file, check_source
 from detaudit.static.facts import FactCollector, FileFacts
-from detaudit.static.rules.determinism import determinism_state
 
 REPO = Path(__file__).resolve().parents[1]
 FIXTURES = REPO / "fixtures" / "static" / "catalogue_a"
@@ -47,7 +47,7 @@ def _state(source: str):
     module = cst.parse_module(textwrap.dedent(source))
     facts = FileFacts()
     cst.visit_batched(module, [FactCollector(facts, module)])
-    return determinism_state(facts)
+    return determinism.analyse(facts)
 
 
 @pytest.mark.parametrize(
@@ -71,10 +71,8 @@ def test_determinism_state_reads_every_switch(source, enabled, warn_only):
 
 
 def test_determinism_state_is_computed_once_per_file():
-    module = cst.parse_module("import torch\ntorch.use_deterministic_algorithms(True)\n")
-    facts = FileFacts()
-    cst.visit_batched(module, [FactCollector(facts, module)])
-    assert determinism_state(facts) is determinism_state(facts)
+    _, context = analyse_source("import torch\ntorch.use_deterministic_algorithms(True)\n", "train.py")
+    assert context.analyses.determinism is context.analyses.determinism
 
 
 def test_nondeterministic_op_follows_a_calibrated_table(tmp_path, monkeypatch):

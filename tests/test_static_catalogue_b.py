@@ -17,7 +17,7 @@ from detaudit.static.rule import find_rule
 
 REPO = Path(__file__).resolve().parents[1]
 FIXTURES = REPO / "fixtures" / "static" / "catalogue_b"
-CODES = {"DET006", "DET021", "DET030", "DET031", "DET032"}
+CODES = {"DET006", "DET021", "DET030", "DET031", "DET032", "DET033"}
 _EXPECT = re.compile(r"#\s*expect:\s*(DET\d{3})")
 
 

@@ -6,21 +6,15 @@ from __future__ import annotations
 import hashlib
 import shutil
 import sys
-import textwrap
 from pathlib import Path
 
 from detaudit.static.engine import check_file
 from detaudit.static.project import project_index
 
+from project_files import write_project
+
 FIXTURE_PROJECT = Path(__file__).resolve().parent.parent / "fixtures" / "static" / "project"
 SEED_CODES = {"DET001", "DET002", "DET003", "DET004", "DET005"}
-
-
-def _write(root: Path, files: dict[str, str]) -> None:
-    for name, text in files.items():
-        path = root / name
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(textwrap.dedent(text))
 
 
 def _check(root: Path, name: str):
@@ -54,12 +48,13 @@ def test_editing_the_helper_changes_the_result_of_the_script(tmp_path):
     utils.write_text("import numpy as np\n\ndef fix_random_seeds(seed=31):\n    np.random.seed(seed)  # torch and random forgotten\n")
     findings, after = _check(root, "train_dino_style.py")
     assert before[str(utils)] != after[str(utils)] == _blake2b(utils)
-    assert sorted(findings) == [("missing-python-seed", 15), ("missing-torch-seed", 14)]
+    # the script never trains: building ConvNet (line 14) is setup, torch.randn (line 17) is the draw
+    assert sorted(findings) == [("missing-python-seed", 15), ("missing-torch-seed", 17)]
 
 
 def test_project_modules_are_parsed_never_imported(tmp_path):
     marker = tmp_path / "imported.txt"
-    _write(
+    write_project(
         tmp_path,
         {
             "pyproject.toml": "",
@@ -86,7 +81,7 @@ def test_project_modules_are_parsed_never_imported(tmp_path):
 
 
 def test_parent_relative_import_and_src_layout(tmp_path):
-    _write(
+    write_project(
         tmp_path,
         {
             "pyproject.toml": "",
@@ -115,7 +110,7 @@ def test_parent_relative_import_and_src_layout(tmp_path):
 
 
 def test_broken_or_recursive_project_modules_do_not_crash(tmp_path):
-    _write(
+    write_project(
         tmp_path,
         {
             "pyproject.toml": "",
@@ -139,3 +134,157 @@ def test_broken_or_recursive_project_modules_do_not_crash(tmp_path):
 
 def test_the_index_is_shared_per_process():
     assert project_index(FIXTURE_PROJECT) is project_index(FIXTURE_PROJECT / "pkg" / "..")
+
+
+def test_training_in_a_project_trainer_makes_the_script_a_training_script(tmp_path):
+    """``Trainer(...).run()``: the optimiser and ``backward()`` live in a project
+    module; building a class whose other methods would train is not training."""
+    write_project(
+        tmp_path,
+        {
+            "lib/trainer.py": """\
+                import torch
+
+                class Trainer:
+                    def __init__(self, model):
+                        self.model = model
+
+                    def run(self):
+                        opt = torch.optim.AdamW(self.model.parameters())
+                        self.model(torch.ones(2)).sum().backward()
+                        opt.step()
+            """,
+            "lib/evaluator.py": """\
+                import torch
+
+                class Evaluator:
+                    def run(self, model):
+                        return model(torch.ones(2))
+
+                class Model(torch.nn.Module):
+                    def configure_optimizers(self):
+                        return torch.optim.AdamW(self.parameters())
+            """,
+            "train.py": """\
+                import torch
+                from lib.trainer import Trainer
+
+                def main():
+                    model = torch.nn.Linear(2, 2)
+                    Trainer(model).run()
+
+                if __name__ == '__main__':
+                    main()
+            """,
+            "evaluate.py": """\
+                import torch
+                from lib.evaluator import Evaluator, Model
+
+                if __name__ == '__main__':
+                    model = Model()  # its optimiser method is never called here
+                    evaluator = Evaluator()
+                    evaluator.run(model)
+            """,
+        },
+    )
+    trained = check_file(tmp_path / "train.py", "train.py", tmp_path)
+    assert [(f.name, f.line) for f in trained.findings if f.name in ("determinism-not-requested", "missing-torch-seed")] == [
+        ("missing-torch-seed", 5),
+        ("determinism-not-requested", 6),
+    ]
+    assert str(tmp_path / "lib" / "trainer.py") in trained.dependencies
+    evaluated = check_file(tmp_path / "evaluate.py", "evaluate.py", tmp_path)
+    assert not [f for f in evaluated.findings if f.name in ("determinism-not-requested", "missing-torch-seed")]
+
+
+def test_a_process_started_on_a_project_function_that_trains_makes_a_training_script(tmp_path):
+    write_project(
+        tmp_path,
+        {
+            "train.py": """\
+                import torch
+
+                def train(model):
+                    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+                    model(torch.ones(2)).sum().backward()
+            """,
+            "main.py": """\
+                import torch
+                import torch.multiprocessing as mp
+                from train import train
+
+                if __name__ == '__main__':
+                    model = torch.nn.Linear(2, 2)
+                    p = mp.Process(target=train, args=(model,))
+                    p.start()
+            """,
+        },
+    )
+    result = check_file(tmp_path / "main.py", "main.py", tmp_path)
+    assert [(f.name, f.line) for f in result.findings if f.name == "determinism-not-requested"] == [("determinism-not-requested", 7)]
+
+
+def test_a_method_of_a_star_imported_project_class_draws(tmp_path):
+    """``from utils import *`` then ``buffer = ReplayBuffer(); buffer.push_and_pop(x)``."""
+    write_project(
+        tmp_path,
+        {
+            "utils.py": """\
+                import random
+
+                class ReplayBuffer:
+                    def push_and_pop(self, item):
+                        return item if random.uniform(0, 1) > 0.5 else None
+            """,
+            "gan.py": """\
+                import torch
+                from utils import *
+
+                buffer = ReplayBuffer()
+                for step in range(3):
+                    kept = buffer.push_and_pop(step)
+            """,
+        },
+    )
+    findings, dependencies = _check(tmp_path, "gan.py")
+    assert ("missing-python-seed", 6) in findings
+    assert str(tmp_path / "utils.py") in dependencies
+
+
+def test_an_entry_script_that_reaches_torch_only_through_project_modules_is_checked(tmp_path):
+    """improved-diffusion's ``image_train.py`` shape: no torch in the script's own
+    text, so the pre-filter must keep it for its ``__main__`` guard; a library
+    file of the same shape without one is still skipped unparsed."""
+    write_project(
+        tmp_path,
+        {
+            "lib/trainer.py": """\
+                import torch
+
+                class Trainer:
+                    def run(self):
+                        model = torch.nn.Linear(2, 2)
+                        opt = torch.optim.AdamW(model.parameters())
+                        model(torch.ones(2)).sum().backward()
+                        opt.step()
+            """,
+            "train.py": """\
+                from lib.trainer import Trainer
+
+                def main():
+                    Trainer().run()
+
+                if __name__ == "__main__":
+                    main()
+            """,
+            "helpers.py": """\
+                from lib.trainer import Trainer
+
+                def build():
+                    return Trainer()
+            """,
+        },
+    )
+    trained = check_file(tmp_path / "train.py", "train.py", tmp_path)
+    assert "determinism-not-requested" in {f.name for f in trained.findings}
+    assert not check_file(tmp_path / "helpers.py", "helpers.py", tmp_path).findings

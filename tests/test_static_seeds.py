@@ -84,7 +84,7 @@ def test_message_names_the_call_and_the_drawing_api():
                 self.drop = nn.Dropout(0.5)
 
         net = Net()
-        print(net)
+        torch.optim.SGD(net.parameters(), lr=0.1).step()
     """
     [finding] = [f for f in check_source(textwrap.dedent(code), "train.py").findings if f.code == "DET001"]
     assert finding.line == 14
@@ -99,7 +99,7 @@ def test_subclass_of_a_random_layer_draws_when_built():
             pass
 
         head = Head(4, 2)
-        print(head)
+        torch.optim.SGD(head.parameters(), lr=0.1).step()
     """
     assert _names(code) == [("missing-torch-seed", 6)]
 
@@ -175,6 +175,7 @@ def test_seed_after_use_follows_main_into_its_helpers():
         def main():
             model = build()
             torch.manual_seed(0)
+            torch.optim.SGD(model.parameters(), lr=0.1).step()
 
         if __name__ == "__main__":
             main()
@@ -243,3 +244,37 @@ def test_draws_inside_lambdas_do_not_run_at_import_but_seeds_inside_them_count()
             print(random.random())
     """
     assert _names(code) == []
+
+
+_NO_WORK_BLOCKS = {
+    "if-elif": "if a:\n    pass\nelif b:\n    pass\n",
+    "if-elif-else": "if a:\n    pass\nelif b:\n    pass\nelse:\n    pass\n",
+    "if-else": "if a:\n    pass\nelse:\n    pass\n",
+    "try-except-else-finally": "try:\n    import cv2\nexcept ImportError:\n    cv2 = None\nelse:\n    pass\nfinally:\n    pass\n",
+    "with": "with a:\n    pass\n",
+    "one-line-if": "if a: pass\n",
+    "match": "match a:\n    case 1:\n        pass\n    case _:\n        pass\n",
+}
+
+
+@pytest.mark.parametrize("block", list(_NO_WORK_BLOCKS.values()), ids=list(_NO_WORK_BLOCKS))
+def test_module_level_compound_statements_before_the_first_call_do_not_crash(block):
+    """Issue 9: an ``if ... elif`` (or ``else``) before the first module-level call
+    or loop made every seed rule fail with an internal error, and the check passed."""
+    code = "import torch\n" + block + "x = torch.randn(3)\nfor i in range(3):\n    torch.randn(2)\n"
+    result = check_source(code, "train.py")
+    assert result.messages == []
+    draw_line = code.splitlines().index("x = torch.randn(3)") + 1
+    assert [(f.name, f.line) for f in result.findings if f.name in SEED_RULES] == [("missing-torch-seed", draw_line)]
+
+
+@pytest.mark.parametrize(
+    "branches",
+    ["if a:\n    pass\nelif b:\n    main()\n", "if a:\n    pass\nelse:\n    main()\n", "if a:\n    pass\nelif b:\n    pass\nelse:\n    main()\n"],
+    ids=["elif", "else", "else-after-elif"],
+)
+def test_work_in_any_branch_of_an_if_chain_makes_a_script(branches):
+    code = "import torch\nx = torch.randn(3)\n" + branches
+    result = check_source(code, "train.py")
+    assert result.messages == []
+    assert [(f.name, f.line) for f in result.findings if f.name in SEED_RULES] == [("missing-torch-seed", 2)]

@@ -115,3 +115,31 @@ def main(argv: list[str] | None = None) -> int:
         traceback.print_exc()
         print("detaudit: internal error (see the traceback above)", file=sys.stderr)
         return 2
+
+
+#: torchrun options passed through as given (a multi-node rendezvous; the ranks of this node are audited)
+TORCHRUN_OPTIONS = ("nnodes", "node_rank", "master_addr", "master_port", "rdzv_backend", "rdzv_endpoint", "rdzv_id")
+
+
+def add_distributed_arguments(parser) -> None:
+    """``--nproc-per-node`` and the torchrun options that go with it (also for the statistics commands)."""
+    group = parser.add_argument_group("distributed (each run launched through torchrun)")
+    group.add_argument(
+        "--nproc-per-node", type=positive_int, metavar="N",
+        help="run the script under torchrun with N ranks (init_process_group() as under torchrun; gloo on CPU)",
+    )
+    for name in TORCHRUN_OPTIONS:
+        group.add_argument(f"--{name.replace('_', '-')}", metavar="VALUE", help="passed to torchrun")
+
+
+def distributed_of(args):
+    """The ``torchrun.Distributed`` the arguments ask for; None without --nproc-per-node."""
+    from detaudit.dynamic.torchrun import Distributed
+
+    given = [name for name in TORCHRUN_OPTIONS if getattr(args, name) is not None]
+    if args.nproc_per_node is None:
+        if given:
+            raise UsageError(f"--{given[0].replace('_', '-')} goes with --nproc-per-node")
+        return None
+    options = tuple(f"--{name.replace('_', '-')}={getattr(args, name)}" for name in given)
+    return Distributed(args.nproc_per_node, options)

@@ -25,6 +25,14 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         "--only", action="append", metavar="ID", help="measure only these entries (repeatable or comma-separated)"
     )
     parser.add_argument("--table", metavar="PATH", help="the table to start from (default: the shipped one)")
+    parser.add_argument(
+        "--modules",
+        action="append",
+        metavar="MODULE",
+        help="instead of the ops: derive the layer table of an installed package's public layers "
+        "(e.g. torch_geometric.nn; repeatable or comma-separated, one package): the ops-table entries "
+        "each layer's forward and backward reach and its RNG draws (use it with $DETAUDIT_LAYER_TABLES)",
+    )
     parser.set_defaults(handler=run)
 
 
@@ -59,6 +67,9 @@ def _phase_text(result) -> str:
 def run(args: argparse.Namespace) -> int:
     from detaudit.cli import UsageError
     from detaudit.cli.ops import load_table_or_usage_error
+
+    if args.modules:
+        return _derive_layers(args)
 
     if args.repeats is not None and args.repeats < 2:
         raise UsageError("--repeats must be at least 2 (runs are compared with the first)")
@@ -95,4 +106,51 @@ def run(args: argparse.Namespace) -> int:
     failed = sum(1 for m in measurements if m.error)
     print(f"wrote {output} ({len(measurements) - failed} measured, {failed} could not run)")
     print(f"use it with: detaudit ops --table {output}   or   export DETAUDIT_OPS_TABLE={output}")
+    return 0
+
+
+def _derive_layers(args: argparse.Namespace) -> int:
+    from detaudit.cli import UsageError
+
+    modules = [name.strip() for item in args.modules for name in item.split(",") if name.strip()]
+    if args.device != "cpu" or args.only or args.repeats is not None:
+        raise UsageError("--modules traces on the CPU and takes no --device, --only or --repeats")
+    import importlib.util
+
+    for module in modules:
+        try:
+            found = importlib.util.find_spec(module)
+        except (ImportError, ValueError):
+            found = None
+        if found is None:
+            raise UsageError(f"--modules: no installed module {module!r}")
+
+    from detaudit.knowledge import derive_layers
+
+    def report(name: str, record: dict) -> None:
+        if not record["traced"]:
+            print(f"{name:56} not traced (its arguments could not be guessed, or it failed)", flush=True)
+        elif record["ops"] or record["draws"]:
+            draws = f"  draws on {', '.join(record['draws'])}" if record["draws"] else ""
+            print(f"{name:56} {', '.join(record['ops']) or '-'}{draws}", flush=True)
+
+    try:
+        document = derive_layers.derive(modules, on_traced=report)
+    except ValueError as error:
+        raise UsageError(str(error)) from None
+    output = Path(args.output or f"detaudit-layers-{document['package']}-{document['package_version']}.json")
+    if output.is_dir():
+        raise UsageError(f"--output {output} is a directory")
+    try:
+        output.write_text(json.dumps(document, indent=1, sort_keys=True) + "\n", encoding="utf-8")
+    except OSError as error:
+        raise UsageError(f"cannot write {output}: {error.strerror}") from None
+    layers = document["layers"].values()
+    traced = sum(1 for layer in layers if layer["traced"])
+    hazards = sum(1 for layer in layers if layer["ops"])
+    print(
+        f"wrote {output}: {len(document['layers'])} layers of {document['package']} {document['package_version']}, "
+        f"{traced} traced, {hazards} reach nondeterministic ops"
+    )
+    print(f"use it with: export DETAUDIT_LAYER_TABLES={output}")
     return 0

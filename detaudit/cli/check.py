@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 from detaudit.findings import Finding, Severity
+from detaudit.static.fix_code import FIX_STYLES
 
 FORMATS = ("text", "json", "sarif", "github")
 
@@ -31,12 +32,19 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--no-config", action="store_true", help="ignore [tool.detaudit] in pyproject.toml")
     parser.add_argument("--no-cache", action="store_true", help="neither read nor write the result cache")
     parser.add_argument("--jobs", type=int, help="worker processes (default: all cores)")
+    parser.add_argument("--file-time-budget", type=str, metavar="SECONDS",
+                        help="stop analysing a file after this long, and leave out expressions predicted to take "
+                             "longer to parse; both reported as parse errors (default: 10, or file-time-budget in "
+                             "[tool.detaudit])")
     parser.add_argument("--show-suppressed", action="store_true", help="also list suppressed findings with their reasons")
     parser.add_argument("--add-ignores", action="store_true",
                         help="add '# detaudit: ignore[CODE]' comments for every current finding (a baseline)")
     parser.add_argument("--fix", action="store_true", help="apply safe fixes in place")
     parser.add_argument("--diff", action="store_true", help="print the fixes as a unified diff; change nothing")
     parser.add_argument("--unsafe-fixes", action="store_true", help="also apply fixes that may change behaviour")
+    parser.add_argument("--fix-style", choices=FIX_STYLES,
+                        help="what fixes write: plain torch/numpy/random code (default), or calls of detaudit's "
+                             "helpers, which need detaudit installed (default: fix-style in [tool.detaudit])")
     parser.set_defaults(handler=run)
 
 
@@ -47,19 +55,26 @@ def _split_selectors(values: list[str]) -> list[str]:
 def run(args: argparse.Namespace) -> int:
     from detaudit.cli import UsageError
     from detaudit.static.checker import run_check
-    from detaudit.static.config import Config, ConfigError, RuleSelection, find_pyproject, load_config
+    from detaudit.static.config import Config, ConfigError, RuleSelection, find_pyproject, load_config, parse_budget
 
     paths = args.paths or [Path(".")]
-    missing = [str(p) for p in paths if not p.exists()]
-    if missing:
-        raise UsageError(f"no such file or directory: {', '.join(missing)}")
+    # a path that does not exist is an error reported with the others' results (exit 2), as ruff does
+    config_start = next((p for p in paths if p.exists()), Path("."))
     try:
-        config = Config() if args.no_config else load_config(find_pyproject(paths[0].resolve()))
+        config = Config() if args.no_config else load_config(find_pyproject(config_start.resolve()))
         fail_on = Severity.parse(args.fail_on) if args.fail_on else config.fail_on
     except (ConfigError, ValueError) as error:
         raise UsageError(str(error)) from None
+    if args.file_time_budget is not None:
+        try:
+            config.file_time_budget = parse_budget(args.file_time_budget)
+        except ValueError as error:
+            raise UsageError(f"--file-time-budget: {error}") from None
+    if args.fix_style is not None:
+        config.fix_style = args.fix_style
 
     _load_ops_table_or_fail()
+    _load_layer_tables_or_fail()
     select = _split_selectors(args.select) or config.select
     ignore = [*config.ignore, *_split_selectors(args.ignore)]
     selection = RuleSelection(select, ignore)
@@ -69,9 +84,16 @@ def run(args: argparse.Namespace) -> int:
     check = run_check(paths, config, selection, use_cache=not args.no_cache, jobs=args.jobs)
     for message in check.messages:
         print(f"detaudit: {message}", file=sys.stderr)
+    for warning in check.warnings:
+        print(f"detaudit: warning: {warning}", file=sys.stderr)
+    for error in check.errors:
+        print(f"detaudit: error: {error}", file=sys.stderr)
+    # a missing path or an internal error means the check is incomplete: never a clean pass
+    incomplete = bool(check.errors)
 
     if args.diff:
-        return _print_fix_diff(args, check, config, selection)
+        code = _print_fix_diff(args, check, config, selection)
+        return 2 if incomplete else code
     if args.fix:
         check = _apply_fixes(args, check, paths, config, selection)
     if args.add_ignores:
@@ -81,9 +103,11 @@ def run(args: argparse.Namespace) -> int:
         for problem in problems:
             print(f"detaudit: {problem}", file=sys.stderr)
         print(f"Added {added} suppression comment{'s' if added != 1 else ''}.", file=sys.stderr)
-        return 0
+        return 2 if incomplete else 0
 
-    _write_report(args, check)
+    _write_report(args, check, config, selection)
+    if incomplete or check.errors:  # check.errors: also the fresh check after --fix
+        return 2
     if args.exit_zero:
         return 0
     return 1 if any(f.severity >= fail_on for f in check.findings) else 0
@@ -102,6 +126,17 @@ def _load_ops_table_or_fail() -> None:
     try:
         load_ops_table()
     except OpsTableError as error:
+        raise UsageError(str(error)) from None
+
+
+def _load_layer_tables_or_fail() -> None:
+    """A bad ``$DETAUDIT_LAYER_TABLES`` file, likewise."""
+    from detaudit.cli import UsageError
+    from detaudit.knowledge.layers import LayerTableError, derived_layers
+
+    try:
+        derived_layers()
+    except LayerTableError as error:
         raise UsageError(str(error)) from None
 
 
@@ -131,6 +166,9 @@ def _apply_fixes(args, check, paths, config, selection):
     for error in outcome.errors:
         print(f"detaudit: {error}", file=sys.stderr)
     rechecked = run_check(paths, config, selection, use_cache=not args.no_cache, jobs=args.jobs)
+    for error in rechecked.errors:
+        if error not in check.errors:  # a fixed file the fresh check failed on
+            print(f"detaudit: error: {error}", file=sys.stderr)
     print(
         f"Fixed {outcome.fixed} finding{'s' if outcome.fixed != 1 else ''}; {len(rechecked.findings)} remaining.",
         file=sys.stderr,
@@ -138,19 +176,20 @@ def _apply_fixes(args, check, paths, config, selection):
     return rechecked
 
 
-def _write_report(args: argparse.Namespace, check) -> None:
+def _write_report(args: argparse.Namespace, check, config, selection) -> None:
     from detaudit.report.github import github_annotations
     from detaudit.report.jsonout import check_report
-    from detaudit.report.sarif import to_sarif
+    from detaudit.report.sarif import invocation, to_sarif
 
-    stream = args.output.open("w", encoding="utf-8") if args.output else sys.stdout
+    stream = _open_output(args.output) if args.output else sys.stdout
     try:
         if args.format == "json":
             report = check_report(
                 check.findings,
                 files_checked=check.files_checked,
                 suppressed=check.suppressed,
-                messages=check.messages,
+                messages=[*check.messages, *(f"warning: {w}" for w in check.warnings)],
+                errors=check.errors,
                 elapsed=check.elapsed,
             )
             json.dump(report, stream, indent=2)
@@ -158,10 +197,16 @@ def _write_report(args: argparse.Namespace, check) -> None:
         elif args.format == "sarif":
             from detaudit.static.rule import all_rules
 
-            json.dump(to_sarif(check.findings, all_rules() if check.findings else []), stream, indent=2)
+            # a check some file's errors left incomplete is not a successful run
+            from detaudit.static.fix import with_suggested_fixes
+
+            run_invocation = invocation(not check.errors, [("error", error) for error in check.errors])
+            findings = with_suggested_fixes(check.findings, check.results, rules=selection.rules, paths=check.paths, config=config)
+            sarif = to_sarif(findings, all_rules() if findings else [], run_invocation=run_invocation)
+            json.dump(sarif, stream, indent=2)
             stream.write("\n")
         elif args.format == "github":
-            stream.write(github_annotations(check.findings))
+            stream.write(github_annotations(check.findings, errors=check.errors))
         else:
             _write_text(args, check, stream)
     finally:
@@ -169,8 +214,21 @@ def _write_report(args: argparse.Namespace, check) -> None:
             stream.close()
 
 
+def _open_output(path: Path):
+    """The report file, its missing parent directories created (as ruff's
+    ``--output-file`` does); a path that cannot be written is a usage error."""
+    from detaudit.cli import UsageError
+
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        return path.open("w", encoding="utf-8")
+    except OSError as error:
+        raise UsageError(f"cannot write the report to {path}: {error.strerror or error}") from None
+
+
 def _write_text(args: argparse.Namespace, check, stream) -> None:
     from detaudit.report.text import make_console, render_findings, summary_line
+    from detaudit.static.sources import split_lines
 
     console = make_console(stream)
     lines_cache: dict[str, list[str]] = {}
@@ -180,10 +238,10 @@ def _write_text(args: argparse.Namespace, check, stream) -> None:
             return None
         if finding.path not in lines_cache:
             try:
-                text = check.paths[finding.path].read_text(encoding="utf-8", errors="replace")
+                text = check.paths[finding.path].read_bytes().decode("utf-8", errors="replace")
             except OSError:
                 text = ""
-            lines_cache[finding.path] = text.splitlines()
+            lines_cache[finding.path] = split_lines(text)
         lines = lines_cache[finding.path]
         return lines[finding.line - 1] if 0 < finding.line <= len(lines) else None
 
@@ -195,4 +253,6 @@ def _write_text(args: argparse.Namespace, check, stream) -> None:
     if not args.quiet:
         if check.findings:
             console.print()
-        console.print(summary_line(check.files_checked, check.findings, len(check.suppressed), check.elapsed))
+        console.print(
+            summary_line(check.files_checked, check.findings, len(check.suppressed), check.elapsed, len(check.errors))
+        )

@@ -6,7 +6,14 @@ import argparse
 import json
 from pathlib import Path
 
-from detaudit.cli import UsageError, add_format_argument, add_script_arguments, positive_int
+from detaudit.cli import (
+    UsageError,
+    add_distributed_arguments,
+    add_format_argument,
+    add_script_arguments,
+    distributed_of,
+    positive_int,
+)
 
 DESCRIPTION = """\
 Summers & Dinneen's probe: three runs of SCRIPT in deterministic mode: as is;
@@ -35,6 +42,7 @@ def add_parser(subparsers) -> None:
     parser.add_argument("--jobs", type=positive_int, default=1, help="runs at a time (default 1, at most 3)")
     parser.add_argument("--timeout", type=float, default=3600.0, metavar="SECONDS", help="per run (default 3600)")
     parser.add_argument("--out", type=Path, metavar="DIR", help="run folders and instability.json (default: detaudit-instability-SCRIPTNAME)")
+    add_distributed_arguments(parser)
     add_format_argument(parser, "the report")
     parser.set_defaults(handler=run_instability)
 
@@ -65,6 +73,7 @@ def run_instability(args) -> int:
         jobs=args.jobs,
         timeout=args.timeout,
         progress=RunProgress("instability", len(VARIANTS)),
+        distributed=distributed_of(args),
     )
     failed = [run for run in runs.values() if run.status != "ok"]
     if failed:

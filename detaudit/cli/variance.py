@@ -6,7 +6,14 @@ import argparse
 import json
 from pathlib import Path
 
-from detaudit.cli import UsageError, add_format_argument, add_script_arguments, positive_int
+from detaudit.cli import (
+    UsageError,
+    add_distributed_arguments,
+    add_format_argument,
+    add_script_arguments,
+    distributed_of,
+    positive_int,
+)
 
 DESCRIPTION = """\
 Runs SCRIPT K times with one fixed seed (only nondeterminism varies) and K
@@ -21,7 +28,8 @@ that seed themselves from a flag: -- --seed {seed}"""
 EPILOG = """\
 Large studies: run one shard per machine or Slurm array task, e.g.
   detaudit variance train.py --runs 50 --out study --shard $SLURM_ARRAY_TASK_ID/$SLURM_ARRAY_TASK_COUNT
-then join them with: detaudit variance --merge study"""
+then join them with: detaudit variance --merge study
+(fixtures/examples/slurm_variance.sbatch; with --nproc-per-node each run is a torchrun run)"""
 
 
 def add_parser(subparsers) -> None:
@@ -48,6 +56,7 @@ def add_parser(subparsers) -> None:
     parser.add_argument("--out", type=Path, metavar="DIR", help="study folder (default: detaudit-variance-SCRIPTNAME)")
     parser.add_argument("--shard", metavar="I/N", help="run only shard I of N of the planned runs")
     parser.add_argument("--merge", nargs="+", type=Path, metavar="DIR", help="join study folders (shards) into --out")
+    add_distributed_arguments(parser)
     add_format_argument(parser, "the summary")
     parser.set_defaults(handler=run_variance)
 
@@ -68,8 +77,17 @@ def _open_study(args):
         deterministic=args.deterministic,
         threads=args.threads,
         max_steps=args.max_steps,
+        **_distributed_settings(args),
     )
     return Study.open(args.out or Path(f"detaudit-variance-{script.stem}"), settings)
+
+
+def _distributed_settings(args) -> dict:
+    """--nproc-per-node and the torchrun options, as the study's settings keep them."""
+    distributed = distributed_of(args)
+    if distributed is None:
+        return {}
+    return {"nproc_per_node": distributed.nproc_per_node, "torchrun_options": distributed.torchrun_options}
 
 
 def run_variance(args) -> int:

@@ -1,12 +1,21 @@
 """From the traces and final states of R repeats to a ``RunReport``.
 
+The final states are compared by their digests (``saved_state.py``): torch
+is imported only to measure tensors that differ.
+
 Run 0 is the reference; every other run is compared with it (R-1 pairs).  The
-same root cause found in several pairs is one cause seen k times.  With a
+same root cause found in several pairs is one cause seen k times; it reaches
+the final state when it did so in any pair, else it is latent (see
+``compare.py``).  With a
 variation (``variations.py``), run 1 repeats run 0's setting (the control
 pair) and later runs change it: a cause that only shows in varied pairs is
 attributed to the variation.  The deviation of each cause's tensor is measured
-from a targeted capture (``capture(pair, records)``), supplied by the caller,
-which reruns the reference and the other run of that pair.
+from a targeted capture (``capture(pair, records, sampled)``), supplied by the
+caller: the reference's and the other run's tensors at those records, from
+reruns of them, or for the other run from what it kept as it ran (``runner.py``).  The first
+pair that differed also gives the divergence chart's data
+(``divergence.py``): its capture rerun samples the outputs of the records
+that differed, so the chart and the root causes come from the same rerun.
 """
 
 from __future__ import annotations
@@ -15,12 +24,15 @@ from dataclasses import dataclass
 from typing import Callable
 
 from detaudit.dynamic.causes import NONDETERMINISTIC_OP
-from detaudit.dynamic.compare import CauseAt, Site, Trace, compare_traces, first_step
-from detaudit.dynamic.report import RootCause, RunReport
+from detaudit.dynamic.compare import CauseAt, PairComparison, Site, Trace, compare_traces, first_step
+from detaudit.dynamic.divergence import ROOT, Divergence, divergence_of, root_causes_by_record
+from detaudit.dynamic.report import FINAL_STATE, LATENT, RootCause, RunReport
+from detaudit.dynamic.saved_state import SavedState, compare_saved_states
 from detaudit.dynamic.variations import Variation
 
-# capture(k, records) -> ({record: {"inputs": [...], "outputs": [...]}} of run 0, same of run k)
-CaptureFn = Callable[[int, list[int]], tuple[dict, dict]]
+# capture(k, records, sampled) -> ({record: {"inputs": [...], "outputs": [...]}} of run 0, same of run k);
+# the records in ``sampled`` (a subset of ``records``) as {"outputs": [samples], "sampled_from": [numel]}
+CaptureFn = Callable[[int, list[int], list[int]], tuple[dict, dict]]
 
 
 @dataclass
@@ -30,6 +42,7 @@ class _Found:
     site: Site
     seen: int = 0
     seen_in_control: int = 0
+    reaches_final: bool = False
 
 
 def op_hint(op: str) -> str:
@@ -45,38 +58,49 @@ def op_hint(op: str) -> str:
 def build_report(
     target: str,
     traces: list[Trace],
-    states: list[dict],
+    states: list[SavedState],
     *,
     steps: int,
     environment: dict,
     capture: CaptureFn | None = None,
     variation: Variation | None = None,
+    run_environments: list[dict] | None = None,
 ) -> RunReport:
-    from detaudit.dynamic.state import compare_states
-
+    """``environment`` is the reference run's fingerprint; ``run_environments``
+    every run's, when each recorded one (they say what differed between runs
+    and which setting of a variation each run really ran with)."""
     settings = variation.settings(len(traces)) if variation else []
     found: dict[Site, _Found] = {}
     propagated = 0
     worst_tensors: dict[str, dict] = {}
+    diverged: tuple[int, PairComparison] | None = None  # the first pair that differed: the chart's
     for other in range(1, len(traces)):
         varied = bool(variation) and settings[other] != settings[0]
         pair = compare_traces(traces[0], traces[other])
+        if pair.causes and diverged is None:
+            diverged = (other, pair)
         propagated = max(propagated, pair.propagated)
+        state_diffs = compare_saved_states(states[0], states[other])
+        # without the final state's digests, no cause can be shown to vanish before it
+        reaches_final_unknown = not pair.final_known
         seen_here = set()
         for cause in pair.causes:  # the same site can recur in later steps: count each pair once
             site = cause.site(traces[0])
+            entry = found.setdefault(site, _Found(cause, other, site))
+            entry.reaches_final |= cause.reaches_final or reaches_final_unknown
             if site in seen_here:
                 continue
             seen_here.add(site)
-            entry = found.setdefault(site, _Found(cause, other, site))
             entry.seen += 1
             entry.seen_in_control += not varied
-        for diff in compare_states(states[0], states[other]):
+        for diff in state_diffs:
             known = worst_tensors.get(diff.name)
             if known is None or diff.max_abs_diff > known["max_abs_diff"]:
                 worst_tensors[diff.name] = diff.to_dict()
 
-    deviations = _measure_deviations(list(found.values()), capture)
+    divergence = divergence_of(traces[0], diverged[1], diverged[0]) if diverged else None
+    chart_causes = root_causes_by_record(diverged[1]) if diverged else {}
+    deviations = _measure_deviations(list(found.values()), capture, divergence, chart_causes)
     pairs = len(traces) - 1
     causes = []
     for entry in found.values():
@@ -98,6 +122,7 @@ def build_report(
                 max_abs_diff=deviations.get(id(entry)),
                 hint=op_hint(site.op) if kind is NONDETERMINISTIC_OP else "",
                 other_side=entry.cause.other_side,
+                effect=FINAL_STATE if entry.reaches_final else LATENT,
             )
         )
     causes.sort(key=lambda c: (c.first_step, c.path, c.line))
@@ -113,30 +138,95 @@ def build_report(
         environment=environment,
         propagated_ops=propagated,
         traced_ops=len(traces[0].ops),
-        variation={"vary": variation.name, "settings": settings} if variation else {},
+        variation=_variation_record(variation, settings, run_environments),
         notes=notes,
+        divergence=divergence,
+        environment_differences=environment_differences(run_environments or []),
     )
 
 
-def _measure_deviations(entries: list[_Found], capture: CaptureFn | None) -> dict[int, float]:
-    """max |diff| of each cause's tensor, from one targeted rerun per pair."""
-    from detaudit.dynamic.state import tensor_diff
+def environment_differences(environments: list[dict]) -> dict[str, list]:
+    """Fingerprint keys whose values are not the same in every run -> each run's value."""
+    if len(environments) < 2:
+        return {}
+    keys = dict.fromkeys(key for environment in environments for key in environment)
+    return {
+        key: [environment.get(key) for environment in environments]
+        for key in keys
+        if any(environment.get(key) != environments[0].get(key) for environment in environments)
+    }
 
+
+def _variation_record(variation: Variation | None, settings: list, environments: list[dict] | None) -> dict:
+    """What a variation asked each run for and, when the runs recorded it, what each ran with."""
+    if variation is None:
+        return {}
+    record = {"vary": variation.name, "settings": settings}
+    if environments and len(environments) == len(settings):
+        record["in_effect"] = [variation.in_effect(environment) for environment in environments]
+    return record
+
+
+def _measure_deviations(
+    entries: list[_Found],
+    capture: CaptureFn | None,
+    divergence: Divergence | None = None,
+    chart_causes: dict[int, CauseAt] | None = None,
+) -> dict[int, float]:
+    """max |diff| of each cause's tensor, from one targeted rerun per pair;
+    the chart's pair also measures the divergence's records (in place)."""
     measurable = [e for e in entries if e.cause.capture_record >= 0]
-    if capture is None or not measurable:
+    chart_records = divergence.records_to_measure() if divergence else []
+    chart_pair = divergence.other_run if chart_records else None
+    if capture is None or not (measurable or chart_records):
         return {}
     deviations: dict[int, float] = {}
-    for pair in sorted({e.pair for e in measurable}):
+    for pair in sorted({e.pair for e in measurable} | ({chart_pair} if chart_pair else set())):
         in_pair = [e for e in measurable if e.pair == pair]
-        reference, other = capture(pair, sorted({e.cause.capture_record for e in in_pair}))
+        full = {e.cause.capture_record for e in in_pair}
+        sampled = sorted(set(chart_records) - full) if pair == chart_pair else []
+        reference, other = capture(pair, sorted(full | set(sampled)), sampled)
         for entry in in_pair:
-            cause = entry.cause
-            tensors_a = reference.get(cause.capture_record, {}).get(cause.capture_side, [])
-            tensors_b = other.get(cause.capture_record, {}).get(cause.capture_side, [])
-            if cause.capture_position is not None:
-                position = cause.capture_position
-                tensors_a, tensors_b = tensors_a[position : position + 1], tensors_b[position : position + 1]
-            diffs = [tensor_diff("", a, b) for a, b in zip(tensors_a, tensors_b)]
-            if tensors_a and tensors_b:
-                deviations[id(entry)] = max((d.max_abs_diff for d in diffs if d), default=0.0)
+            value = _cause_deviation(reference, other, entry.cause)
+            if value is not None:
+                deviations[id(entry)] = value
+        if pair == chart_pair:
+            _measure_divergence(divergence, reference, other, chart_causes or {})
     return deviations
+
+
+def _cause_deviation(reference: dict, other: dict, cause: CauseAt) -> float | None:
+    """max |diff| of the tensors that show a cause (None when not captured)."""
+    from detaudit.dynamic.state import tensor_diff
+
+    tensors_a = reference.get(cause.capture_record, {}).get(cause.capture_side, [])
+    tensors_b = other.get(cause.capture_record, {}).get(cause.capture_side, [])
+    if cause.capture_position is not None:
+        position = cause.capture_position
+        tensors_a, tensors_b = tensors_a[position : position + 1], tensors_b[position : position + 1]
+    if not (tensors_a and tensors_b):
+        return None
+    diffs = [tensor_diff("", a, b) for a, b in zip(tensors_a, tensors_b)]
+    return max((d.max_abs_diff for d in diffs if d), default=0.0)
+
+
+def _measure_divergence(divergence: Divergence, reference: dict, other: dict, causes: dict[int, CauseAt]) -> None:
+    """Each chart point's max |diff|: a root cause captured in full as its
+    cause is measured, any other record over its (sampled) outputs."""
+    from detaudit.dynamic.state import tensor_diff
+
+    for point in divergence.points:
+        captured_a, captured_b = reference.get(point.record), other.get(point.record)
+        if captured_a is None or captured_b is None:
+            continue
+        cause = causes.get(point.record)
+        if point.status == ROOT and cause is not None and "inputs" in captured_a:
+            point.max_abs_diff = _cause_deviation(reference, other, cause)
+            continue
+        pairs = [(a, b) for a, b in zip(captured_a["outputs"], captured_b["outputs"]) if a.numel() and b.numel()]
+        if not pairs:
+            continue
+        diffs = [tensor_diff("", a, b) for a, b in pairs]
+        point.max_abs_diff = max((d.max_abs_diff for d in diffs if d), default=0.0)
+        sizes = captured_a.get("sampled_from", [])
+        point.sampled = any(size > sample.numel() for size, sample in zip(sizes, captured_a["outputs"]))

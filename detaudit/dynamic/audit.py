@@ -4,7 +4,7 @@
 more training steps and returns what to compare (a model, an optimizer,
 tensors, or a dict/list/tuple of them).  It is run ``repeats`` times, seeded
 identically and traced, in this process: causes that need a fresh process
-(hash order, allocator or autotuning state) are ``detaudit run``'s job.
+(hash order, autotuning state) are ``detaudit run``'s job.
 """
 
 from __future__ import annotations
@@ -15,7 +15,9 @@ from typing import Any, Callable
 from detaudit.dynamic.report import RunReport
 
 
-def _run_traced(step: Callable[[], Any], seed: int | None, deterministic: bool, capture_ops=(), setup=None):
+def _run_traced(
+    step: Callable[[], Any], seed: int | None, deterministic: bool, fill: int, capture_ops=(), setup=None, sampled_ops=()
+):
     from detaudit.dynamic.bootstrap import seed_all
     from detaudit.dynamic.compare import Trace
     from detaudit.dynamic.state import cpu_copy, returned_state
@@ -33,7 +35,7 @@ def _run_traced(step: Callable[[], Any], seed: int | None, deterministic: bool, 
     if seed is not None:
         seed_all(seed)
     watcher = TrainingWatcher()
-    tracer = OpTracer(capture_ops=capture_ops)
+    tracer = OpTracer(capture_ops=capture_ops, sampled_ops=sampled_ops, allocation_fill=fill)
     tracer.attach(watcher)
     value = None
     try:
@@ -43,7 +45,9 @@ def _run_traced(step: Callable[[], Any], seed: int | None, deterministic: bool, 
         pass
     finally:
         watcher.close()
-    return Trace(**tracer.trace_data()), cpu_copy(returned_state(value)), tracer.captured
+    state = returned_state(value)
+    tracer.note_final_state(state)
+    return Trace(**tracer.trace_data()), cpu_copy(state), tracer.captured
 
 
 def audit(
@@ -53,26 +57,30 @@ def audit(
     seed: int | None = 0,
     deterministic: bool = False,
     setup: Callable[[], Any] | None = None,
+    strict: bool = False,
 ) -> RunReport:
     """Run ``step`` ``repeats`` times under the same seed and report whether
     (and where) the runs differ.  ``seed=None`` leaves seeding to ``step``.
     ``setup`` runs before each repeat, untraced: it can put back state that
-    ``step`` changes but did not create (a model built once, outside it)."""
+    ``step`` changes but did not create (a model built once, outside it).
+    ``strict``: a latent difference fails the report too (``report.passed``)."""
     from detaudit.dynamic.analysis import build_report
+    from detaudit.dynamic.saved_state import SavedState
 
     if repeats < 2:
         raise ValueError("repeats must be at least 2 (one run has nothing to compare with)")
     traces, states = [], []
-    for _ in range(repeats):
-        trace, state, _ = _run_traced(step, seed, deterministic, setup=setup)
+    for repeat in range(repeats):
+        # each repeat fills torch.empty's memory with its own number (OpTracer.allocation_fill)
+        trace, state, _ = _run_traced(step, seed, deterministic, repeat + 1, setup=setup)
         traces.append(trace)
-        states.append(state)
+        states.append(SavedState.of_tensors(state))
 
-    def capture(other: int, records: list[int]) -> tuple[dict, dict]:
-        # in one process every repeat runs under the same conditions: rerun twice
-        return tuple(_run_traced(step, seed, deterministic, records, setup)[2] for _ in range(2))
+    def capture(other: int, records: list[int], sampled: list[int]) -> tuple[dict, dict]:
+        # in one process every repeat runs under the same conditions but its fill
+        return tuple(_run_traced(step, seed, deterministic, repeat + 1, records, setup, sampled)[2] for repeat in (0, other))
 
-    return build_report(
+    report = build_report(
         getattr(step, "__qualname__", repr(step)),
         traces,
         states,
@@ -80,6 +88,8 @@ def audit(
         environment=_environment(),
         capture=capture,
     )
+    report.strict = strict
+    return report
 
 
 def _environment() -> dict:

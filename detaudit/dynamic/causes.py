@@ -19,17 +19,30 @@ from detaudit.findings import Severity
 class CauseKind(str):
     """A kind of root cause.  It is a ``str`` equal to its name (the JSON
     report's ``kind``, so reports and comparisons with names keep working)
-    that carries its code, severity, summary and fix hint.  There is one object
-    per kind: the registry's."""
+    that carries its code, severity, summary and fix hint, and the remedies
+    ``detaudit run --remedy`` tries for it (names in ``remedies.py``, most
+    targeted first; for a nondeterministic op the ops table says which fit,
+    and these are for ops it does not know).  There is one object per kind:
+    the registry's."""
 
     code: str
     summary: str
     fix_hint: str
     severity: Severity
+    remedies: tuple[str, ...]
 
-    def __new__(cls, code: str, name: str, summary: str, fix_hint: str, severity: Severity = Severity.ERROR):
+    def __new__(
+        cls,
+        code: str,
+        name: str,
+        summary: str,
+        fix_hint: str,
+        severity: Severity = Severity.ERROR,
+        remedies: tuple[str, ...] = (),
+    ):
         kind = super().__new__(cls, name)
         kind.code, kind.summary, kind.fix_hint, kind.severity = code, summary, fix_hint, severity
+        kind.remedies = remedies
         return kind
 
     @property
@@ -72,6 +85,7 @@ NONDETERMINISTIC_OP = _register(
         "nondeterministic-op",
         "An op produced different bits from bitwise-identical inputs.",
         "Call torch.use_deterministic_algorithms(True) (detaudit.enable_determinism()) or replace the op.",
+        remedies=("deterministic-algorithms",),
     )
 )
 RNG = _register(
@@ -80,6 +94,7 @@ RNG = _register(
         "rng",
         "A random op drew different numbers: the generator state differed between runs.",
         "Seed every generator once at start-up and do not reseed from entropy (torch.seed(), unseeded Generators).",
+        remedies=("seed-generators",),
     )
 )
 UNINITIALIZED_MEMORY = _register(
@@ -88,6 +103,7 @@ UNINITIALIZED_MEMORY = _register(
         "uninitialized-memory",
         "Values were read from an allocation (torch.empty*) that nothing wrote.",
         "Use torch.zeros/torch.full, or write every element before reading it.",
+        remedies=("deterministic-algorithms",),  # which fill such memory (fill_uninitialized_memory)
     )
 )
 EXTERNAL_INPUT = _register(
@@ -96,6 +112,7 @@ EXTERNAL_INPUT = _register(
         "external-input",
         "Data entering from outside torch (numpy, Python values, files) differed between runs.",
         "Make the data source deterministic: seed numpy Generators, sort file lists and sets.",
+        remedies=("seed-generators", "hash-seed"),
     )
 )
 CONTROL_FLOW = _register(
@@ -104,6 +121,7 @@ CONTROL_FLOW = _register(
         "control-flow",
         "The runs executed different ops or shapes.",
         "Find what the branch or shape depends on (time, pid, hash order, unseeded randomness).",
+        remedies=("seed-generators", "hash-seed"),
     )
 )
 THREAD_COUNT = _register(
@@ -113,6 +131,7 @@ THREAD_COUNT = _register(
         "The result changes with the number of intra-op threads.",
         "Pin torch.set_num_threads() for reproducible CPU results across machines.",
         Severity.WARNING,
+        remedies=("pin-threads",),
     )
 )
 HASH_ORDER = _register(
@@ -121,6 +140,7 @@ HASH_ORDER = _register(
         "hash-order",
         "The result changes with PYTHONHASHSEED: something iterates a set or uses hash().",
         "Iterate sorted(...) instead of a set, or set PYTHONHASHSEED before the interpreter starts.",
+        remedies=("hash-seed",),
     )
 )
 PYTHON_VALUE = _register(
@@ -130,6 +150,60 @@ PYTHON_VALUE = _register(
         "A Python value passed to an op (an index, a number, a flag) differed between runs; its tensors did not.",
         "Compute it from stable inputs: hashlib or zlib.crc32 instead of hash() on str (or set PYTHONHASHSEED), "
         "sorted() instead of set order, no clocks or process ids.",
+        remedies=("hash-seed", "seed-generators"),
+    )
+)
+
+# batch invariance (detaudit.dynamic.batch): a sample's result depends on what it is batched with
+BATCH_VARIANT_OP = _register(
+    CauseKind(
+        "DYN009",
+        "batch-variant-op",
+        "An op gave a sample different bits in a batch than alone, from the same per-sample input: "
+        "its kernel reduces in an order chosen by the batch shape.",
+        "Run inference at one fixed batch size (pad and mask), or use batch-invariant kernels for this op.",
+    )
+)
+SAMPLE_MIXING = _register(
+    CauseKind(
+        "DYN010",
+        "sample-mixing",
+        "An op's result for one sample depends on the other samples in the batch (batch statistics, "
+        "a reduction over the batch).",
+        "Call model.eval() for inference (BatchNorm then uses its running statistics), or normalise per sample "
+        "(LayerNorm, GroupNorm).",
+    )
+)
+
+# distributed training (detaudit run --nproc-per-node: torchrun.py, distributed.py)
+COLLECTIVE = _register(
+    CauseKind(
+        "DYN020",
+        "collective",
+        "A collective or point-to-point op (c10d) received different data while what every rank sent was "
+        "identical: the communication itself decided the result (arrival order of a receive from any source, "
+        "a reduction order).",
+        "Receive from a fixed source rank in a fixed order (dist.recv(t, src=r)), or reduce with a collective "
+        "in a fixed order (all_reduce) instead of summing messages as they arrive.",
+    )
+)
+EARLY_READ = _register(
+    CauseKind(
+        "DYN021",
+        "async-read-before-wait",
+        "The result of an asynchronous collective (async_op=True) was read before its work's wait(): what "
+        "was read depends on how far the communication had got.",
+        "Call work.wait() on the handle the collective returned before using its tensors.",
+    )
+)
+REPLICA_DIVERGENCE = _register(
+    CauseKind(
+        "DYN022",
+        "replica-divergence",
+        "Data-parallel ranks held different parameters (or buffers, gradients, optimizer state) at an optimizer "
+        "step boundary, where every replica must be identical.",
+        "Start every rank from the same weights (seed the model identically on every rank, or broadcast rank "
+        "0's parameters, as DistributedDataParallel does) and average gradients across ranks before each step.",
     )
 )
 
@@ -194,4 +268,17 @@ class RngStateChange:
         return {"note": self.describe(), "call": self.call, "path": self.path, "line": self.line}
 
 
-OtherSide = Union[OtherRunOp, ExtraOps, RngStateChange]
+@dataclass(frozen=True)
+class RankNote:
+    """A distributed cause: what the other ranks did (who sent what, which rank disagreed)."""
+
+    note: str
+
+    def describe(self) -> str:
+        return self.note
+
+    def to_dict(self) -> dict:
+        return {"note": self.note}
+
+
+OtherSide = Union[OtherRunOp, ExtraOps, RngStateChange, RankNote]

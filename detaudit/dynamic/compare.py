@@ -13,6 +13,23 @@ the op names or output shapes stop matching (a control-flow divergence) record
   a scalar, a flag computed in Python);
 * *propagated* otherwise: it only differs because something upstream did.
 
+Python is upstream too.  Once Python has read a value that differed (an op
+returned a differing number, ``.item()``; ``tolist()``; ``torch.save``), what
+enters from Python afterwards can be computed from it: a control-flow
+divergence, a differing external input or plain argument after such a read is
+propagated from the causes whose difference Python read, not a new root cause.
+
+Each difference carries the set of root causes it descends from (its
+*taint*), from producer to reader through digest ids.  A root cause counts
+only when something read its difference: a later op took a differing output
+(or a view of it) as input, it reached the final state, or it is a different
+program path.  An output nobody read (a workspace, the unused output of a
+multi-output op) cannot change a result and is never reported.  A cause whose
+taint reaches a differing tensor of the final state (parameters, gradients,
+buffers, optimizer state, loss) *reaches the final state*; a read one that
+does not is *latent*: its difference vanished on the way, and other data or
+more steps can bring it through.
+
 An RNG cause also names the last call before it that left the generator in a
 different state in the two runs (``torch.seed()``, ``torch.manual_seed(<time>)``),
 when the tracer saw one.
@@ -20,10 +37,11 @@ when the tracer saw one.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from detaudit.dynamic.causes import (
+    COLLECTIVE,
     CONTROL_FLOW,
     EXTERNAL_INPUT,
     NONDETERMINISTIC_OP,
@@ -36,7 +54,7 @@ from detaudit.dynamic.causes import (
     OtherSide,
     RngStateChange,
 )
-from detaudit.dynamic.trace_format import ALLOCATED, EXTERNAL, PRODUCED, UNINIT, OpRecord, Trace
+from detaudit.dynamic.trace_format import ALLOCATED, EXTERNAL, PRODUCED, UNINIT, OpRecord, Trace, is_python_value
 
 
 class Site(NamedTuple):
@@ -60,6 +78,8 @@ class CauseAt:
     capture_side: str  # "outputs" or "inputs"
     capture_position: int | None = None  # which input; None = every output
     other_side: OtherSide | None = None  # control flow: what the other run did; RNG: where the state changed
+    read: bool = False  # something read its difference (else it is scratch, never reported)
+    reaches_final: bool = False  # its difference reached a differing tensor of the final state
 
     def site(self, trace: Trace) -> Site:
         record = trace.ops[self.record]
@@ -68,49 +88,137 @@ class CauseAt:
 
 @dataclass
 class PairComparison:
-    causes: list[CauseAt]
+    causes: list[CauseAt]  # root causes whose difference something read, in trace order
     propagated: int  # records that differ only because of an upstream cause
     compared: int  # aligned records
+    differing: list[int] = field(default_factory=list)  # aligned records whose inputs, arguments or outputs differ
+    final_known: bool = False  # both traces recorded their final state's digests
+    final_differs: bool = False  # ... and some final tensor differs
+
+
+_NO_CAUSE: frozenset[int] = frozenset()
+# root causes that Python can compute from a value it read: they follow a differing read
+_ENTER_FROM_PYTHON = frozenset({EXTERNAL_INPUT, PYTHON_VALUE, CONTROL_FLOW})
 
 
 def _differs(a: Trace, b: Trace, refs_a: list[int], refs_b: list[int]) -> list[int]:
     return [p for p, (x, y) in enumerate(zip(refs_a, refs_b)) if a.value(x) != b.value(y)]
 
 
+class _Taint:
+    """Which root causes each differing value descends from (by digest id of the reference trace)."""
+
+    def __init__(self):
+        self.causes: list[CauseAt] = []
+        self.of_digest: dict[int, frozenset[int]] = {}  # digest id -> indices into causes
+        self.of_record: dict[int, frozenset[int]] = {}  # record -> taint of its differing outputs
+        self.python_read: frozenset[int] = _NO_CAUSE  # causes whose difference Python has read
+
+    def everything(self) -> frozenset[int]:
+        """What an untraceable difference may descend from: every cause so far."""
+        return frozenset(range(len(self.causes)))
+
+    def of_inputs(self, record: OpRecord, positions: list[int]) -> frozenset[int]:
+        leaves = {position: (source, origin) for position, source, origin in record.leaves}
+        taint = set()
+        for position in positions:
+            known = self.of_digest.get(record.inputs[position])
+            if known is None:
+                source, origin = leaves.get(position, (PRODUCED, None))
+                if source != PRODUCED:  # entered here: the classifier names it
+                    continue
+                # a view hashed where it was read carries its producer's differences
+                known = self.of_record.get(origin) if origin is not None else None
+                if known is None:
+                    known = self.everything()
+            taint |= known
+        return frozenset(taint)
+
+    def mark_read(self, taint: frozenset[int], *, final: bool = False) -> None:
+        for index in taint:
+            self.causes[index].read = True
+            if final:
+                self.causes[index].reaches_final = True
+
+
 def compare_traces(a: Trace, b: Trace) -> PairComparison:
-    causes: list[CauseAt] = []
+    taint = _Taint()
     propagated = 0
     differing_records: set[int] = set()
     aligned = min(len(a.ops), len(b.ops))
     for index in range(aligned):
         ra, rb = a.ops[index], b.ops[index]
         if ra.op != rb.op or ra.out_meta != rb.out_meta or len(ra.inputs) != len(rb.inputs):
-            causes.append(_control_flow(index, ra, rb))
-            return PairComparison(causes, propagated, index)
+            propagated += _add_cause(taint, _control_flow(index, ra, rb))
+            return _result(a, b, taint, propagated, index, differing_records)
         inputs_differ = _differs(a, b, ra.inputs, rb.inputs)
-        outputs_differ = bool(_differs(a, b, ra.outputs, rb.outputs))
+        outputs_differ = _differs(a, b, ra.outputs, rb.outputs)
         args_differ = ra.args != rb.args
         if not (inputs_differ or outputs_differ or args_differ):
             continue
-        cause = _classify(a, b, ra, index, inputs_differ, outputs_differ, args_differ, differing_records)
+        upstream = taint.of_inputs(ra, inputs_differ)
+        taint.mark_read(upstream)
+        cause = _classify(a, b, ra, index, inputs_differ, bool(outputs_differ), args_differ, differing_records)
         differing_records.add(index)
+        if cause is not None and cause.kind in _ENTER_FROM_PYTHON and taint.python_read:
+            cause, upstream = None, upstream | taint.python_read  # Python computed it from a value that differed
         if cause is None:
             propagated += 1
         else:
-            causes.append(cause)
+            upstream = upstream | {len(taint.causes)}
+            taint.causes.append(cause)
+        for position in outputs_differ:
+            taint.of_digest[ra.outputs[position]] = upstream
+        if outputs_differ:
+            taint.of_record[index] = upstream
+            if any(is_python_value(meta) for meta in ra.out_meta):
+                taint.python_read |= upstream
     if len(a.ops) != len(b.ops):
         longer = b if len(b.ops) > len(a.ops) else a
         extra = longer.ops[aligned]
-        causes.append(
+        propagated += _add_cause(
+            taint,
             CauseAt(
                 CONTROL_FLOW,
                 record=aligned - 1 if aligned else 0,
                 capture_record=-1,
                 capture_side="",
                 other_side=ExtraOps(abs(len(a.ops) - len(b.ops)), extra.op, extra.path, extra.line),
-            )
+            ),
         )
-    return PairComparison(causes, propagated, aligned)
+    return _result(a, b, taint, propagated, aligned, differing_records)
+
+
+def _add_cause(taint: _Taint, control_flow: CauseAt) -> int:
+    """Add a control-flow divergence (a different program path is always
+    read); 1 when it follows from a value Python read, and is propagated."""
+    if taint.python_read:
+        taint.mark_read(taint.python_read)
+        return 1
+    control_flow.read = True
+    taint.causes.append(control_flow)
+    return 0
+
+
+def _result(a: Trace, b: Trace, taint: _Taint, propagated: int, compared: int, differing: set[int]) -> PairComparison:
+    """Mark the causes whose difference reached the final state."""
+    final_known = bool(a.final) and bool(b.final)
+    final_differs = False
+    for name in sorted(set(a.final) | set(b.final)) if final_known else ():
+        ref_a, ref_b = a.final.get(name), b.final.get(name)
+        if ref_a is not None and ref_b is not None and a.value(ref_a) == b.value(ref_b):
+            continue
+        final_differs = True
+        known = taint.of_digest.get(ref_a) if ref_a is not None and compared == len(a.ops) else None
+        taint.mark_read(known if known is not None else taint.everything(), final=True)
+    return PairComparison(
+        [c for c in taint.causes if c.read],
+        propagated,
+        compared,
+        differing=sorted(differing),
+        final_known=final_known,
+        final_differs=final_differs,
+    )
 
 
 def _control_flow(index: int, reference: OpRecord, other: OpRecord) -> CauseAt:
@@ -147,6 +255,8 @@ def _classify(
         return CauseAt(PYTHON_VALUE, index, index, "outputs")
     if not outputs_differ:
         return None
+    if is_communication(record.op):  # what it sent was the same: it received different data
+        return CauseAt(COLLECTIVE, index, index, "outputs")
     if record.seeded:
         return CauseAt(RNG, index, index, "outputs", other_side=_rng_state_change(trace, other, index))
     for position, ref in enumerate(record.inputs):
@@ -168,6 +278,14 @@ def _rng_state_change(a: Trace, b: Trace, index: int) -> RngStateChange | None:
     if changed is None:
         return None
     return RngStateChange(changed.call, changed.path, changed.line, changed.step)
+
+
+#: the op namespaces of torch.distributed's collectives and point-to-point ops
+COMMUNICATION_NAMESPACES = ("c10d.", "_c10d_functional.")
+
+
+def is_communication(op: str) -> bool:
+    return op.startswith(COMMUNICATION_NAMESPACES)
 
 
 def first_step(trace: Trace, record: int) -> int:

@@ -24,7 +24,7 @@ import threading
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Callable, Sequence
 
 CONFIG_ENV = "DETAUDIT_BOOTSTRAP_CONFIG"
 PAYLOAD_NAME = "payload.json"
@@ -45,9 +45,25 @@ class LaunchOptions:
     extra_env: dict[str, str] = field(default_factory=dict)
     # what the child records (all off by default: plain runs stay plain)
     save_state: bool = False  # save params, grads, buffers, optimizer state and loss at the end
-    record_environment: bool = False  # put detaudit.runtime.environment.fingerprint() in the payload
+    # put detaudit.runtime.environment.fingerprint() in the payload, as of the
+    # end of the first optimizer step (the settings it trained with), else of the run
+    record_environment: bool = False
     trace: bool = False  # op-level tracing (detaudit.dynamic.tracer) written to trace.json
     capture_ops: tuple[int, ...] = ()  # traced op indices whose tensors are saved; stops after the last
+    allocation_fill: int | None = None  # traced: what torch.empty*'s memory is filled with (tracer.allocation_fill)
+    # instead of running the script: audit its batch entry point (detaudit.dynamic.batch_run)
+    batch_audit: dict | None = None
+    sampled_ops: tuple[int, ...] = ()  # of capture_ops: save a sample of the outputs only (tracer.output_sample)
+    # traced: the reference run's trace.json, compared with op by op, keeping the tensors of the ops that
+    # differ (detaudit.dynamic.online_capture)
+    compare_with: str | None = None
+    keep_first_steps: bool = False  # traced: keep the tensors of the first steps' ops, for compare_with runs to need
+    # remedies (detaudit run --remedy, dynamic/remedies.py), applied before the script like code pasted at its top
+    settings: dict[str, Any] = field(default_factory=dict)  # settings-table id -> value (knowledge/backend_settings.json)
+    seed_generators: tuple[str, ...] = ()  # calls that seed from the OS, given seeds instead (dynamic/generators.py)
+    per_rank: bool = False  # one bootstrap per rank (torchrun.py): results, output and pid in rank<LOCAL_RANK>/
+    replica_digests: bool = False  # digest the state at every step boundary, for the cross-rank check (distributed.py)
+    fault: dict | None = None  # test-only: perturb one op call's output (detaudit.dynamic.faults)
 
 
 @dataclass
@@ -137,6 +153,8 @@ def run_script(
     cwd: str | os.PathLike | None = None,
     cancel: threading.Event | None = None,
     keep_lines_with: str | None = None,
+    launcher: Sequence[str] = (),
+    before_kill: Callable[[], None] | None = None,
 ) -> ScriptResult:
     """Run ``script`` once in a fresh interpreter under the bootstrap.
 
@@ -145,7 +163,12 @@ def run_script(
     blanks).  When the script exits, its children get ``EXIT_GRACE_SECONDS``
     to close its output; then the whole process group is killed: no process
     of the run outlives ``run_script``, on success, failure, timeout or
-    Ctrl-C alike."""
+    Ctrl-C alike.
+
+    ``launcher``: a module and its options that start the bootstrap instead
+    of the interpreter itself (``torch.distributed.run ... -m``: one bootstrap
+    per rank).  ``before_kill``: called on timeout before the process group is
+    killed (to make hung processes show where they are)."""
     options = options or LaunchOptions()
     script_path = Path(script)
     if not script_path.is_file():
@@ -161,6 +184,8 @@ def run_script(
         args=[str(a) for a in script_args],
         output_dir=str(output_dir.resolve()),
         capture_ops=list(options.capture_ops),
+        sampled_ops=list(options.sampled_ops),
+        seed_generators=list(options.seed_generators),
     )
     env = dict(os.environ)
     env.update(options.extra_env)
@@ -170,7 +195,7 @@ def run_script(
         env["PYTHONHASHSEED"] = str(options.hash_seed)
 
     process = subprocess.Popen(
-        [sys.executable, "-m", "detaudit.dynamic.bootstrap"],
+        [sys.executable, "-m", *launcher, "detaudit.dynamic.bootstrap"],
         cwd=cwd,
         env=env,
         stdin=subprocess.DEVNULL,
@@ -187,6 +212,8 @@ def run_script(
             # cancelled while this run was starting: terminate_all may have missed it
             _kill_group(process)
         timed_out = not _wait_for_exit(process, timeout)
+        if timed_out and before_kill is not None:
+            before_kill()
         if not timed_out and not _wait_for_end_of_output((stdout, stderr), EXIT_GRACE_SECONDS):
             warnings.append(
                 f"left child processes holding its output open after it exited; "

@@ -1,5 +1,18 @@
 """The dynamic pass's report: verdict, root causes, differing tensors, environment.
 
+The verdict, and what fails the gate:
+
+* **nondeterministic** (exit 1): a tensor of the final state (parameters,
+  gradients, buffers, optimizer state, the loss) differs between runs, or a
+  root cause's difference reaches one;
+* **latent** (exit 0, exit 1 with ``strict``): the final states are bitwise
+  identical, but an op gave different bits that something read (a later op,
+  ``.item()``, ``tolist()``...) before the difference vanished; with more
+  steps or other data it can come through;
+* **deterministic** (exit 0): no difference that anything read.  Outputs
+  nobody reads (workspaces, unused outputs of multi-output ops) are never
+  compared into the verdict.
+
 One object carries the content; it is written as rich text, JSON (the
 ``to_dict`` shape), ``Finding`` objects (for SARIF / GitHub annotations) and
 JUnit XML.  Imports neither torch nor numpy.
@@ -12,10 +25,16 @@ from dataclasses import asdict, dataclass, field
 from xml.etree import ElementTree
 
 from detaudit.dynamic.causes import CauseKind, OtherSide
-from detaudit.findings import Finding
+from detaudit.dynamic.divergence import Divergence
+from detaudit.findings import Finding, Severity
 
 DETERMINISTIC = "deterministic"
 NONDETERMINISTIC = "nondeterministic"
+LATENT = "latent"
+
+# what a root cause's difference did (RootCause.effect)
+FINAL_STATE = "final-state"  # reached a differing tensor of the final state
+# LATENT: read, then vanished before the final state
 
 
 @dataclass
@@ -32,14 +51,22 @@ class RootCause:
     max_abs_diff: float | None = None  # of the tensor it produced (or that entered); None if not measured
     hint: str = ""
     other_side: OtherSide | None = None  # control flow: what the other run did; RNG: where the state changed
+    effect: str = FINAL_STATE  # FINAL_STATE or LATENT
+    ranks: list[int] = field(default_factory=list)  # distributed runs: the ranks it was found on
 
     @property
     def code(self) -> str:
         return self.kind.code
 
+    @property
+    def latent(self) -> bool:
+        return self.effect == LATENT
+
     def to_dict(self) -> dict:
         data = asdict(self)
         data["code"] = self.code
+        if not self.ranks:
+            data.pop("ranks")
         if self.other_side is None:
             data.pop("other_side")
         else:
@@ -48,7 +75,10 @@ class RootCause:
 
     def message(self) -> str:
         where = f" in {self.module}" if self.module else ""
+        where += f" on {rank_list(self.ranks)}" if self.ranks else ""
         text = f"{self.kind}: {self.op} ({self.phase}{where}) differed in {self.seen} of {self.pairs} run pairs"
+        if self.latent:
+            text += " (latent: the difference vanished before the final state)"
         if self.max_abs_diff is not None:
             text += f", max |diff| {self.max_abs_diff:.3g}"
         if self.other_side is not None:
@@ -68,22 +98,35 @@ class RunReport:
     environment: dict
     propagated_ops: int = 0  # ops that differ only downstream of a root cause
     traced_ops: int = 0
-    variation: dict = field(default_factory=dict)  # {"vary": ..., "settings": [per repeat]}
+    # {"vary": ..., "settings": [asked, per repeat], "in_effect": [what each run ran with]}
+    variation: dict = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     steps_run: list[int] = field(default_factory=list)  # optimizer steps each run completed ([] if not counted)
     warnings: list[str] = field(default_factory=list)  # about how the audit went (no step ran, children killed)
+    divergence: Divergence | None = None  # the first differing pair, op by op (the HTML report's chart)
+    strict: bool = False  # a latent difference fails too
+    # fingerprint keys whose values differ between the runs -> the value of each run
+    environment_differences: dict[str, list] = field(default_factory=dict)
+    ranks: int = 0  # distributed runs: the ranks each run had on this node (0: one process)
 
     @property
     def verdict(self) -> str:
-        return NONDETERMINISTIC if self.root_causes or self.tensors else DETERMINISTIC
+        if self.tensors or any(not cause.latent for cause in self.root_causes):
+            return NONDETERMINISTIC
+        return LATENT if self.root_causes else DETERMINISTIC
 
     @property
     def deterministic(self) -> bool:
         return self.verdict == DETERMINISTIC
 
     @property
+    def passed(self) -> bool:
+        """Whether the gate passes: deterministic, or latent without ``strict``."""
+        return self.deterministic or (self.verdict == LATENT and not self.strict)
+
+    @property
     def exit_code(self) -> int:
-        return 0 if self.deterministic else 1
+        return 0 if self.passed else 1
 
     def to_dict(self) -> dict:
         return {
@@ -100,6 +143,11 @@ class RunReport:
             "notes": self.notes,
             "steps_run": self.steps_run,
             "warnings": self.warnings,
+            "divergence": self.divergence.to_dict() if self.divergence else None,
+            "strict": self.strict,
+            "exit_code": self.exit_code,
+            "environment_differences": self.environment_differences,
+            **({"ranks": self.ranks} if self.ranks else {}),
         }
 
     def _steps_text(self) -> str:
@@ -112,13 +160,30 @@ class RunReport:
         count = done[0] if done else self.steps
         return f" ({count} step{'s' if count != 1 else ''} each)" if count else ""
 
+    def _settings_text(self) -> str:
+        """Which settings the runs compared, as they ran: " with threads 1, 1, 2, 4"."""
+        if not self.variation:
+            return ""
+        values = self.variation.get("in_effect") or self.variation["settings"]
+        return f" with {self.variation['vary']} " + ", ".join(map(str, values))
+
     def verdict_line(self) -> str:
-        runs = f"{self.repeats} runs of {self.target}{self._steps_text()}"
+        on_ranks = f" on {self.ranks} ranks" if self.ranks else ""
+        runs = f"{self.repeats} runs of {self.target}{on_ranks}{self._steps_text()}{self._settings_text()}"
         if self.deterministic:
             return f"deterministic: {runs} were bitwise identical ({self.traced_ops} ops traced per run)"
         causes = len(self.root_causes)
+        if self.verdict == LATENT:
+            gate = "fails with --strict" if not self.strict else "fails: --strict"
+            return (
+                f"latent: {runs} ended with bitwise identical final states, but {causes} root "
+                f"cause{'s' if causes != 1 else ''} gave different bits that were read and vanished on the "
+                f"way; more steps or other data can bring them through ({gate})"
+            )
+        # distributed: every rank can repeat itself exactly while the replicas disagree with each other
+        differ = "differ" if self.tensors or not self.ranks else "repeated themselves, but their ranks disagree"
         return (
-            f"nondeterministic: {runs} differ; {causes} root cause{'s' if causes != 1 else ''}, "
+            f"nondeterministic: {runs} {differ}; {causes} root cause{'s' if causes != 1 else ''}, "
             f"{self.propagated_ops} ops differ downstream, {len(self.tensors)} final tensors differ"
         )
 
@@ -131,7 +196,8 @@ class RunReport:
                 Finding(
                     code=kind.code,
                     name=kind.name,
-                    severity=kind.severity,
+                    # a latent cause fails nothing unless --strict: it is a warning
+                    severity=min(kind.severity, Severity.WARNING) if cause.latent and not self.strict else kind.severity,
                     message=cause.message(),
                     path=cause.path or self.target,
                     line=cause.line,
@@ -143,6 +209,8 @@ class RunReport:
                         "phase": cause.phase,
                         "seen": cause.seen,
                         "max_abs_diff": cause.max_abs_diff,
+                        "effect": cause.effect,
+                        **({"ranks": cause.ranks} if cause.ranks else {}),
                     },
                 )
             )
@@ -152,14 +220,16 @@ class RunReport:
         """Write the report to a rich console."""
         from rich.table import Table
 
-        style = "bold green" if self.deterministic else "bold red"
+        style = "bold green" if self.deterministic else "bold yellow" if self.passed else "bold red"
         console.print(self.verdict_line(), style=style, highlight=False, soft_wrap=True)
         if self.root_causes:
             table = Table(title="Root causes", title_justify="left")
-            for column in ("kind", "op", "location", "module", "phase", "seen", "max |diff|", "step"):
+            columns = ("kind", "op", "location", "module", "phase", "seen", "max |diff|", "step", "effect")
+            for column in ("ranks", *columns) if self.ranks else columns:
                 table.add_column(column, overflow="fold")
             for cause in self.root_causes:
                 table.add_row(
+                    *([rank_span(cause.ranks)] if self.ranks else []),
                     cause.kind,
                     cause.op,
                     f"{cause.path}:{cause.line}" if cause.line else cause.path,
@@ -168,6 +238,7 @@ class RunReport:
                     f"{cause.seen}/{cause.pairs} pairs",
                     "-" if cause.max_abs_diff is None else f"{cause.max_abs_diff:.3g}",
                     str(cause.first_step),
+                    "latent" if cause.latent else "final state",
                 )
             console.print(table)
             for cause in self.root_causes:
@@ -195,7 +266,27 @@ class RunReport:
         for warning in self.warnings:
             console.print(f"warning: {warning}", style="yellow", highlight=False)
         if self.environment:
-            console.print("Environment: " + _flat_environment(self.environment), highlight=False, style="dim")
+            console.print("Environment: " + self.environment_text(), highlight=False, style="dim")
+
+    def environment_text(self) -> str:
+        """What matters of the fingerprint: versions, device, threads, hash
+        seed, determinism switches and what differs between the runs (the
+        JSON report has all of it)."""
+        from detaudit.runtime.environment import summary
+
+        shown = summary(self.environment, also=self.environment_differences)
+        parts = [
+            f"{key}={', '.join(map(_shown, self.environment_differences[key]))}"
+            if key in self.environment_differences
+            else f"{key}={_shown(value)}"
+            for key, value in shown.items()
+        ]
+        parts += [  # a key that only some runs had
+            f"{key}={', '.join(map(_shown, values))}"
+            for key, values in self.environment_differences.items()
+            if key not in shown
+        ]
+        return ", ".join(parts)
 
     def to_text(self, width: int = 120) -> str:
         """The rendered report as plain text (for assertion messages and logs)."""
@@ -206,20 +297,26 @@ class RunReport:
         return buffer.getvalue()
 
     def to_junit_xml(self) -> str:
-        suite = ElementTree.Element(
-            "testsuite",
-            name="detaudit run",
-            tests="1",
-            failures="0" if self.deterministic else "1",
-            errors="0",
-        )
-        case = ElementTree.SubElement(suite, "testcase", classname="detaudit.run", name=self.target)
-        if not self.deterministic:
-            failure = ElementTree.SubElement(case, "failure", message=self.verdict_line())
-            failure.text = self.to_text()
-        if self.warnings:
-            ElementTree.SubElement(case, "system-err").text = "\n".join(f"warning: {w}" for w in self.warnings)
-        return ElementTree.tostring(suite, encoding="unicode", xml_declaration=True)
+        failure = None if self.passed else self.verdict_line()
+        return junit_xml("detaudit run", self.target, failure, self.to_text(), warnings=self.warnings)
+
+
+def junit_xml(
+    suite_name: str, target: str, failure: str | None, details: str, *, warnings: list[str] = (), error: bool = False
+) -> str:
+    """A one-test JUnit XML result: passed, or failed with ``failure`` as its message
+    (an ``<error>`` rather than a ``<failure>`` when the audit itself could not run)."""
+    failed = "0" if failure is None or error else "1"
+    suite = ElementTree.Element(
+        "testsuite", name=suite_name, tests="1", failures=failed, errors="1" if error else "0"
+    )
+    case = ElementTree.SubElement(suite, "testcase", classname="detaudit.run", name=target)
+    if failure is not None:
+        element = ElementTree.SubElement(case, "error" if error else "failure", message=failure)
+        element.text = details
+    if warnings:
+        ElementTree.SubElement(case, "system-err").text = "\n".join(f"warning: {w}" for w in warnings)
+    return ElementTree.tostring(suite, encoding="unicode", xml_declaration=True)
 
 
 @dataclass
@@ -277,18 +374,34 @@ class RunFailure:
         }
 
     def to_junit_xml(self) -> str:
-        suite = ElementTree.Element("testsuite", name="detaudit run", tests="1", failures="0", errors="1")
-        case = ElementTree.SubElement(suite, "testcase", classname="detaudit.run", name=self.target)
-        error = ElementTree.SubElement(case, "error", message=self.message)
-        error.text = self.output_tail
-        return ElementTree.tostring(suite, encoding="unicode", xml_declaration=True)
+        return junit_xml("detaudit run", self.target, self.message, self.output_tail, error=True)
 
 
-def _flat_environment(environment: dict, prefix: str = "") -> str:
+def rank_span(ranks: list[int]) -> str:
+    """"1", "0-3", "0, 2-3"."""
+    spans: list[list[int]] = []
+    for rank in sorted(set(ranks)):
+        if spans and rank == spans[-1][1] + 1:
+            spans[-1][1] = rank
+        else:
+            spans.append([rank, rank])
+    return ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in spans)
+
+
+def rank_list(ranks: list[int]) -> str:
+    """"rank 1", "ranks 0-3", "ranks 0, 2-3"."""
+    return f"{'rank' if len(set(ranks)) == 1 else 'ranks'} {rank_span(ranks)}"
+
+
+def flat_environment(environment: dict, prefix: str = "") -> str:
     parts = []
     for key, value in environment.items():
         if isinstance(value, dict):
-            parts.append(_flat_environment(value, f"{prefix}{key}."))
+            parts.append(flat_environment(value, f"{prefix}{key}."))
         elif value is not None:  # unset settings would only add noise
             parts.append(f"{prefix}{key}={value}")
     return ", ".join(part for part in parts if part)
+
+
+def _shown(value) -> str:
+    return "unset" if value is None else str(value)

@@ -2,22 +2,43 @@
 
 Each repeat is a fresh subprocess (``launch.run_script``) with the same seed,
 stopped after N optimizer steps, writing its op trace and final state.  When
-root causes are found, the pair that showed each one is rerun with a targeted
-capture of the causing op's tensors to measure the deviation.  A run that
-fails (or writes no results) stops the audit with ``ScriptFailed``, naming the
-run, how it ended and the tail of its output.
+root causes are found, the deviation of each is measured from the causing
+op's tensors in both runs of the pair that showed it.  When the repeats run
+one at a time, run 1 keeps the tensors of its first two steps' ops and every
+later repeat compares itself with run 1's trace as it runs and keeps the
+tensors of the ops that differ (``online_capture.py``): where the runs part
+ways in those steps, nothing is rerun.  Otherwise (with ``jobs`` > 1, or
+for whatever a run did not keep) each run of the pair that lacks tensors is
+rerun with a targeted capture.  Each run is reported to ``progress`` (``detaudit.report.progress``)
+as it starts and ends; the capture reruns are added to its total when they
+are known to be needed.  A run that fails (or writes no results) stops the
+audit with ``ScriptFailed``, naming the run, how it ended and the tail of its
+output.
+
+With ``jobs`` > 1 the repeats (and a pair's two capture reruns) run up to
+``jobs`` at a time; the report is the same as one at a time (results are
+taken in repeat order).  Repeats never share a GPU: where one may be visible,
+the first repeat runs alone and says, in the environment it records, whether
+torch saw CUDA; if it did, the rest run one at a time too, comparing
+themselves with it as they run.
 """
 
 from __future__ import annotations
 
+import os
+import sys
 import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Any, Mapping, Sequence
 
-from detaudit.dynamic.launch import LaunchOptions, ScriptResult, run_script
+from detaudit.dynamic.faults import fault_for_repeat
+from detaudit.dynamic.launch import LaunchOptions, ScriptResult, run_script, terminate_all
 from detaudit.dynamic.report import RunFailure
 from detaudit.dynamic.variations import VARIATIONS
+from detaudit.report.progress import NoProgress
 
 
 class ScriptFailed(Exception):
@@ -37,52 +58,107 @@ def audit_script(
     seed: int | None = 0,
     vary: str | None = None,
     deterministic: bool = False,
+    strict: bool = False,
     timeout: float | None = None,
     cwd: str | None = None,
-    progress: Callable[[str], None] = lambda message: None,
+    progress=None,  # a detaudit.report.progress.RunProgress (started/finished/add), None for silence
+    vary_options: dict | None = None,
+    remedy_options: Mapping[str, Any] | None = None,
+    measure: bool = True,
+    jobs: int = 1,
 ):
+    """Run ``script`` ``repeats`` times and report; ``strict``: a latent
+    difference fails the gate too (see ``report.py``).  ``remedy_options``:
+    LaunchOptions fields every run gets, applied after the variation's setting
+    (the remedies ``--remedy`` tries).  ``measure=False`` skips the capture
+    reruns that measure each cause's deviation.  ``jobs``: runs at a time
+    (see the module docstring)."""
     from detaudit.dynamic.analysis import build_report
     from detaudit.dynamic.compare import Trace
-    from detaudit.dynamic.state import load_state
+    from detaudit.dynamic.saved_state import SavedState
 
     variation = VARIATIONS[vary] if vary else None
+    if variation is not None and not variation.repeats_script:  # an audit of its own (batch)
+        return variation.audit_function()(
+            script, script_args, seed=seed, deterministic=deterministic, timeout=timeout, cwd=cwd,
+            progress=progress, **(vary_options or {}),
+        )
     settings = variation.settings(repeats) if variation else []
     base = LaunchOptions(seed=seed, max_steps=steps, deterministic=deterministic, trace=True, save_state=True)
 
     def options_for(repeat: int, output_dir: Path, **extra) -> LaunchOptions:
         if variation:
             extra[variation.launch_option] = settings[repeat]
-        return replace(base, output_dir=output_dir, **extra)
+        return replace(
+            base, output_dir=output_dir, fault=fault_for_repeat(repeat), allocation_fill=repeat + 1,
+            **{**extra, **(remedy_options or {})},
+        )
 
     warnings: list[str] = []
+    progress = progress or NoProgress()
 
     def launch(repeat: int, options: LaunchOptions) -> ScriptResult:
+        label = _label(repeat, options)
+        progress.started(label)
+        started = time.monotonic()
         result = run_script(script, script_args, options=options, timeout=timeout, cwd=cwd)
-        which = f"the capture rerun of run {repeat + 1}" if options.capture_ops else f"run {repeat + 1}"
-        if result.failed or not result.wrote_results:
-            raise ScriptFailed(RunFailure.of(script, which, result, repeats=repeats, steps=steps))
-        warnings.extend(f"{which} {warning}" for warning in result.warnings)
+        ok = not result.failed and result.wrote_results
+        progress.finished(label, _outcome(result, time.monotonic() - started, count_steps=not options.capture_ops), ok=ok)
+        if not ok:
+            raise ScriptFailed(RunFailure.of(script, _which(repeat, options), result, repeats=repeats, steps=steps))
         return result
 
-    with tempfile.TemporaryDirectory(prefix="detaudit-run-") as workdir:
-        results = []
-        for repeat in range(repeats):
-            progress(f"run {repeat + 1}/{repeats}")
-            options = options_for(repeat, Path(workdir) / f"run{repeat}", record_environment=repeat == 0)
-            results.append(launch(repeat, options))
-        traces = [Trace.load(result.payload["trace_file"]) for result in results]
-        states = [load_state(result.payload["state_file"]) for result in results]
+    def launch_all(runs: list[tuple[int, LaunchOptions]], at_a_time: int) -> list[ScriptResult]:
+        """The runs' results in the order given; their warnings in that order too."""
+        results = _run_concurrently(launch, runs, at_a_time)
+        for (repeat, options), result in zip(runs, results):
+            warnings.extend(f"{_which(repeat, options)} {warning}" for warning in result.warnings)
+        return results
 
-        def capture(other: int, records: list[int]) -> tuple[dict, dict]:
+    with tempfile.TemporaryDirectory(prefix="detaudit-run-") as workdir:
+        runs = [
+            (repeat, options_for(repeat, Path(workdir) / f"run{repeat}", record_environment=True))
+            for repeat in range(repeats)
+        ]
+        if jobs == 1 or _gpu_may_be_visible():
+            if measure:  # run 1 keeps its first steps, in case a later run compared with it differs there
+                runs[0] = (0, replace(runs[0][1], keep_first_steps=True))
+            results = launch_all(runs[:1], 1)
+            if jobs > 1 and results[0].payload.get("environment", {}).get("torch.cuda.is_available"):
+                jobs = 1
+                warnings.append("--jobs: the runs went one at a time, as CUDA is visible (repeats never share a GPU)")
+            if jobs == 1 and measure:  # run 1 has ended: the others compare with it as they run
+                reference = results[0].payload["trace_file"]
+                runs[1:] = [(repeat, replace(options, compare_with=reference)) for repeat, options in runs[1:]]
+            results += launch_all(runs[1:], jobs)
+        else:
+            results = launch_all(runs, jobs)
+        traces = [Trace.load(result.payload["trace_file"]) for result in results]
+        states = [SavedState.of_file(result.payload["state_file"], result.payload["state_digests"]) for result in results]
+
+        def capture(other: int, records: list[int], sampled: list[int]) -> tuple[dict, dict]:
+            """Each run's tensors from what it kept as it ran when that is all
+            there, else from a rerun of it."""
             import torch
 
-            captured = []
+            from detaudit.dynamic.online_capture import select
+
+            kept = {}
             for repeat in (0, other):
-                progress(f"capturing the root-cause tensors of run {repeat + 1}")
-                options = options_for(repeat, Path(workdir) / f"capture{repeat}", capture_ops=tuple(records))
-                payload = launch(repeat, options).payload
-                captured.append(torch.load(payload["capture_file"], weights_only=True) if "capture_file" in payload else {})
-            return captured[0], captured[1]
+                path = results[repeat].payload.get("online_capture_file")
+                kept[repeat] = select(torch.load(path, weights_only=True), records, sampled) if path else None
+            rerun = [repeat for repeat in (0, other) if kept[repeat] is None]
+            progress.add(len(rerun))
+            reruns = [
+                (repeat, options_for(
+                    repeat, Path(workdir) / f"capture{repeat}", capture_ops=tuple(records), sampled_ops=tuple(sampled)
+                ))
+                for repeat in rerun
+            ]
+            for repeat, result in zip(rerun, launch_all(reruns, jobs)):
+                path = result.payload.get("capture_file")
+                kept[repeat] = torch.load(path, weights_only=True) if path else {}
+            return kept[0], kept[other]
 
         report = build_report(
             script,
@@ -90,14 +166,81 @@ def audit_script(
             states,
             steps=steps,
             environment=results[0].payload.get("environment", {}),
-            capture=capture,
+            capture=capture if measure else None,
             variation=variation,
+            run_environments=[result.payload.get("environment", {}) for result in results],
         )
     report.steps_run = [result.payload["steps"] for result in results]
+    report.strict = strict
     if not any(report.steps_run):
         warnings.insert(0, _no_step_warning(len(traces[0].ops), len(states[0])))
+    if variation:
+        warnings.extend(_variation_warnings(report.variation, results, cwd))
     report.warnings = warnings
     return report
+
+
+def _label(repeat: int, options: LaunchOptions) -> str:
+    return f"capture rerun of run {repeat + 1}" if options.capture_ops else f"run {repeat + 1}"
+
+
+def _which(repeat: int, options: LaunchOptions) -> str:
+    """The run as a failure or a warning names it."""
+    label = _label(repeat, options)
+    return f"the {label}" if options.capture_ops else label
+
+
+def _run_concurrently(launch, runs: list[tuple], at_a_time: int) -> list:
+    """``launch(*run)`` for each run, up to ``at_a_time`` at once, results in
+    run order.  A failure (the first in run order) is raised once the runs
+    going have ended, and starts no new one; Ctrl-C kills the runs going."""
+    if at_a_time <= 1 or len(runs) <= 1:
+        return [launch(*run) for run in runs]
+    with ThreadPoolExecutor(max_workers=at_a_time) as pool:
+        futures = [pool.submit(launch, *run) for run in runs]
+        try:
+            return [future.result() for future in futures]
+        except BaseException as error:
+            if not isinstance(error, ScriptFailed):
+                terminate_all()  # Ctrl-C reaches only this thread: the runs going would go on to their end
+            pool.shutdown(cancel_futures=True)
+            raise
+
+
+def _gpu_may_be_visible() -> bool:
+    """Whether a GPU driver is present (NVIDIA, ROCm) or the platform may have
+    one (macOS): asked without torch, so a yes only means "ask a run"."""
+    if os.environ.get("CUDA_VISIBLE_DEVICES", None) in ("", "-1"):
+        return False
+    return sys.platform == "darwin" or os.path.exists("/proc/driver/nvidia/gpus") or os.path.exists("/dev/kfd")
+
+
+def _variation_warnings(variation: dict, results: list[ScriptResult], cwd: str | None) -> list[str]:
+    """Say so when a run did not run with the setting it was asked for
+    (the script set its own), naming where the script set it."""
+    asked, ran = variation["settings"], variation.get("in_effect")
+    if not ran or ran == asked:
+        return []
+    runs = ", ".join(
+        f"run {index + 1} asked for {a}, ran with {r}" for index, (a, r) in enumerate(zip(asked, ran)) if a != r
+    )
+    message = f"--vary {variation['vary']} did not take in every run ({runs})"
+    overrides = {
+        (override["call"], _relative(override["path"], cwd), override["line"])
+        for result in results
+        for override in result.payload.get("overrides", [])
+    }
+    if overrides:
+        where = "; ".join(f"{call} at {path}:{line}" for call, path, line in sorted(overrides))
+        message += f": the script sets it itself ({where}), which overrides detaudit's setting"
+    if len(set(map(str, ran))) == 1:
+        message += f"; every run ran with {ran[0]}, so the runs compared no {variation['vary']} at all"
+    return [message]
+
+
+def _relative(path: str, cwd: str | None) -> str:
+    base = os.path.abspath(cwd or os.getcwd())
+    return os.path.relpath(path, base) if path.startswith(base + os.sep) else path
 
 
 def _no_step_warning(ops: int, tensors: int) -> str:
@@ -106,3 +249,89 @@ def _no_step_warning(ops: int, tensors: int) -> str:
         f"the whole script instead, {ops} traced ops and {tensors} final tensors (the modules it called"
         " and the last loss), not over training steps"
     )
+
+
+def _outcome(result: ScriptResult, seconds: float, *, count_steps: bool) -> str:
+    """What a finished run's progress line says: "ok in 2.1 s, 2 steps" (a
+    capture rerun stops early: its steps are not the run's)."""
+    if result.failed or not result.wrote_results:
+        return "timed out" if result.timed_out else ("was killed" if result.signal_name else "failed")
+    steps = result.payload.get("steps") if count_steps else None
+    return f"ok in {seconds:.1f} s" + (f", {steps} step{'s' if steps != 1 else ''}" if steps is not None else "")
+
+
+def audit_distributed(
+    script: str,
+    script_args: Sequence[str] = (),
+    *,
+    distributed,  # a torchrun.Distributed
+    steps: int = 2,
+    repeats: int = 3,
+    seed: int | None = 0,
+    deterministic: bool = False,
+    strict: bool = False,
+    timeout: float | None = None,
+    cwd: str | None = None,
+    progress=None,
+):
+    """``audit_script`` for a script run under torchrun: each repeat is one
+    torchrun run, each rank analysed as a single process is, then merged and
+    checked across ranks (``distributed.py``).  A run that fails names the
+    rank that failed first (or hung) with its output.  No capture reruns:
+    deviations are not measured."""
+    from detaudit.dynamic.analysis import build_report
+    from detaudit.dynamic.compare import Trace
+    from detaudit.dynamic.distributed import merge_ranks
+    from detaudit.dynamic.saved_state import SavedState
+    from detaudit.dynamic.torchrun import run_distributed
+
+    progress = progress or NoProgress()
+    base = LaunchOptions(
+        seed=seed, max_steps=steps, deterministic=deterministic, trace=True, save_state=True, replica_digests=True
+    )
+    warnings: list[str] = []
+    with tempfile.TemporaryDirectory(prefix="detaudit-run-") as workdir:
+        runs = []
+        for repeat in range(repeats):
+            label = f"run {repeat + 1}"
+            progress.started(label)
+            started = time.monotonic()
+            options = replace(
+                base, output_dir=Path(workdir) / f"run{repeat}", record_environment=True, allocation_fill=repeat + 1
+            )
+            run = run_distributed(
+                script, script_args, options=options, distributed=distributed, timeout=timeout, cwd=cwd
+            )
+            progress.finished(label, _outcome(run.ranks[0], time.monotonic() - started, count_steps=True), ok=not run.failed)
+            if run.failed:
+                rank = run.blamed_rank()
+                failure = RunFailure.of(script, f"rank {rank} of {label}", run.ranks[rank], repeats=repeats, steps=steps)
+                if run.launcher.timed_out:  # where every rank was, then the hung rank's output
+                    failure.ended = f"hung ({failure.ended})"
+                    failure.output_tail = f"{run.describe_hang()}\n{failure.output_tail}".strip()
+                raise ScriptFailed(failure)
+            warnings.extend(f"{label} {warning}" for warning in run.launcher.warnings)
+            runs.append(run)
+        ranks = range(distributed.nproc_per_node)
+        traces = [[Trace.load(run.ranks[rank].payload["trace_file"]) for run in runs] for rank in ranks]
+        reports = [
+            build_report(
+                script,
+                traces[rank],
+                [
+                    SavedState.of_file(run.ranks[rank].payload["state_file"], run.ranks[rank].payload["state_digests"])
+                    for run in runs
+                ],
+                steps=steps,
+                environment=runs[0].ranks[rank].payload.get("environment", {}),
+                run_environments=[run.ranks[rank].payload.get("environment", {}) for run in runs],
+            )
+            for rank in ranks
+        ]
+    replicas = [[run.ranks[rank].payload.get("replica_digests", []) for run in runs] for rank in ranks]
+    early_reads = [[run.ranks[rank].payload.get("early_reads", []) for run in runs] for rank in ranks]
+    report = merge_ranks(reports, traces, replicas, early_reads)
+    report.steps_run = [run.ranks[0].payload["steps"] for run in runs]
+    report.strict = strict
+    report.warnings = warnings
+    return report

@@ -3,15 +3,18 @@
 State is a flat ``{name: tensor}`` dict (CPU copies): parameters by name,
 their gradients (``<param>.grad``), buffers (BatchNorm running stats),
 optimizer state (``optimizer.state[<param>].exp_avg``) and the loss.  Two
-states are compared exactly, tensor by tensor.
+states are compared exactly, tensor by tensor (``tensor_diff``), where their
+digests differ: a saved state comes with each tensor's digest, so that the
+parent of ``detaudit run`` compares states without torch (``saved_state.py``).
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
+
+from detaudit.dynamic.saved_state import TensorDiff
 
 
 def module_state(name: str, module: torch.nn.Module) -> dict[str, torch.Tensor]:
@@ -88,27 +91,30 @@ def cpu_copy(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     return {name: tensor.detach().to("cpu", copy=True) for name, tensor in state.items()}
 
 
-def save_state(watcher, path: Path) -> str:
-    torch.save(cpu_copy(watched_state(watcher)), path)
-    return str(path)
+def state_digests(state: dict[str, torch.Tensor]) -> dict[str, list]:
+    """Each tensor's [dtype, shape, digest] (``saved_state.SavedState.digests``)."""
+    from detaudit.dynamic.tracer import host_digest
+
+    digests = {}
+    for name, tensor in state.items():
+        try:
+            digest = host_digest(tensor.detach().to("cpu"))
+        except (RuntimeError, TypeError, NotImplementedError):  # sparse and other layouts: compared by loading
+            digest = None
+        digests[name] = [str(tensor.dtype).removeprefix("torch."), list(tensor.shape), digest]
+    return digests
+
+
+def save_state(state: dict[str, torch.Tensor], path: Path) -> dict:
+    """Write the state's CPU copies to ``path``; returns the payload entries:
+    the file, and each tensor's digest (``state_digests``)."""
+    copies = cpu_copy(state)
+    torch.save(copies, path)
+    return {"state_file": str(path), "state_digests": state_digests(copies)}
 
 
 def load_state(path: str | Path) -> dict[str, torch.Tensor]:
     return torch.load(path, map_location="cpu", weights_only=True)
-
-
-@dataclass
-class TensorDiff:
-    name: str
-    shape: list[int]
-    dtype: str
-    max_abs_diff: float
-    max_rel_diff: float
-    max_ulp: int
-    fraction_differing: float
-
-    def to_dict(self) -> dict:
-        return asdict(self)
 
 
 def _ordered_bits(tensor: torch.Tensor) -> torch.Tensor:
@@ -149,17 +155,3 @@ def tensor_diff(name: str, a: torch.Tensor, b: torch.Tensor) -> TensorDiff | Non
         max_ulp=max_ulp,
         fraction_differing=count / max(a.numel(), 1),
     )
-
-
-def compare_states(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> list[TensorDiff]:
-    """Differing tensors, by name; a tensor present on one side only counts as differing."""
-    diffs = []
-    for name in sorted(set(a) | set(b)):
-        if name not in a or name not in b:
-            present = a.get(name, b.get(name))
-            diffs.append(TensorDiff(name, list(present.shape), "missing in one run", float("inf"), float("inf"), 0, 1.0))
-            continue
-        diff = tensor_diff(name, a[name], b[name])
-        if diff:
-            diffs.append(diff)
-    return diffs

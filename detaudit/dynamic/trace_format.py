@@ -2,8 +2,14 @@
 
 One ``OpRecord`` per aten op and one ``RngEvent`` per call that set the torch
 generators' state, plus the list of digests that records refer to by position
-(a *digest id*).  ``Trace`` holds them, and writes and reads ``trace.json``
-(records as JSON arrays in field order, so a long trace stays compact).
+(a *digest id*) and the digest id of each tensor of the final state.  ``Trace``
+holds them, and writes and reads ``trace.json`` (records as JSON arrays in
+field order, so a long trace stays compact).
+
+Python reads of tensor data that dispatch no aten op (``Tensor.tolist``,
+``Tensor.numpy``, ``torch.save``) are records too, named by the Python call
+(``PYTHON_READS``): the comparison must see every value Python took out of
+the trace.
 
 The tracer (child process, torch) writes through this module; the comparison
 (parent process) reads through it.  It imports neither torch nor numpy.
@@ -17,6 +23,15 @@ from pathlib import Path
 from typing import NamedTuple, Sequence
 
 UNINIT = -1  # digest id of an allocation op's output: equal in every run on purpose
+# digest id of an input whose bytes the op does not read: its own scratch space
+# (an argument the schema names ``workspace`` or ``reserve``) or an argument it
+# only overwrites (copy_'s destination, an ``out=`` tensor): equal in every run
+# on purpose (see tracer.SCRATCH_ARGUMENTS and OVERWRITING_OPS)
+UNREAD = -2
+
+# records of Python calls that read tensor data without dispatching an aten op:
+# the call's name -> the type of what Python gets (``out_meta``)
+PYTHON_READS = {"Tensor.tolist": "list", "Tensor.numpy": "ndarray", "torch.save": "file"}
 
 # phases of an op
 FORWARD, BACKWARD, OPTIMIZER = "forward", "backward", "optimizer"
@@ -42,10 +57,10 @@ class OpRecord(NamedTuple):
     line: int  # 0 if no user frame
     module: str  # module path that was running ("model.blocks.0"), "" outside modules
     step: int  # optimizer step it ran in, from 1
-    out_meta: Sequence[str]  # per result: "float32[2, 3]" for a tensor, repr for a plain value
+    out_meta: Sequence[str]  # per result: "float32[2, 3]" for a tensor, "<float>" for a Python value, "None"
     args: int  # CRC-32 of the non-tensor arguments
     inputs: Sequence[int]  # digest ids of the tensor inputs, in argument order
-    outputs: Sequence[int]  # digest ids of the outputs (views have none), then of written inputs
+    outputs: Sequence[int]  # digest ids of the tensor outputs (views have none), of written inputs, then of Python values
     leaves: Sequence[Sequence]  # (input position, ALLOCATED or EXTERNAL, record index) of inputs no traced op wrote
     seeded: bool  # the op draws from a generator (torch.Tag.nondeterministic_seeded)
 
@@ -61,11 +76,23 @@ class RngEvent(NamedTuple):
     state: int  # digest of the generator state it left
 
 
+def python_value_meta(type_name: str) -> str:
+    """The ``out_meta`` of a value that went to Python (``.item()``'s float,
+    ``tolist()``'s list, a file ``torch.save`` wrote): its type only.  The value
+    itself is an output, digested like a tensor."""
+    return f"<{type_name}>"
+
+
+def is_python_value(meta: str) -> bool:
+    return meta.startswith("<")
+
+
 @dataclass
 class Trace:
     ops: list[OpRecord]
     digests: list[int]  # a digest id indexes this list
     rng_events: list[RngEvent] = field(default_factory=list)
+    final: dict[str, int] = field(default_factory=dict)  # final-state tensor name -> digest id
 
     @classmethod
     def load(cls, path: str | Path) -> "Trace":
@@ -74,10 +101,15 @@ class Trace:
             [OpRecord._make(row) for row in data["ops"]],
             data["digests"],
             [RngEvent._make(row) for row in data.get("rng_events", [])],
+            data.get("final", {}),
         )
 
     def save(self, path: str | Path) -> None:
-        Path(path).write_text(json.dumps({"ops": self.ops, "digests": self.digests, "rng_events": self.rng_events}))
+        Path(path).write_text(
+            json.dumps({"ops": self.ops, "digests": self.digests, "rng_events": self.rng_events, "final": self.final})
+        )
 
     def value(self, digest_id: int):
-        return "uninitialized" if digest_id == UNINIT else self.digests[digest_id]
+        if digest_id < 0:
+            return "uninitialized" if digest_id == UNINIT else "unread"
+        return self.digests[digest_id]

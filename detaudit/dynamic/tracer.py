@@ -1,15 +1,14 @@
 """Op-level tracer: one record per aten op, with on-device digests.
 
-``OpTracer`` is a context manager holding two torch modes:
-
-* a ``TorchDispatchMode`` that sees every aten op (forward, backward,
-  optimizer) and records its name, phase, user source line, module path,
-  output shapes/dtypes, a digest of its non-tensor arguments, and digest ids of
-  its tensor inputs and outputs;
-* a ``TorchFunctionMode`` that maps each autograd node (by ``grad_fn``
-  sequence number) to the forward call site that created it, so backward ops
-  are attributed to the user's forward line (on CUDA, backward runs on autograd
-  threads where no user frame exists).
+``OpTracer`` is a context manager holding a ``TorchDispatchMode`` that sees
+every aten op (forward, backward, optimizer) and records its name, phase, user
+source line, module path, output shapes/dtypes, a digest of its non-tensor
+arguments, and digest ids of its tensor inputs and of its outputs: tensors, and
+the Python values an op returns (``.item()``'s number is data, not shape
+information).  It also maps each autograd node an op creates (by ``grad_fn``
+sequence number) to that op's site, so backward ops are attributed to the
+user's forward line (on CUDA, backward runs on autograd threads where no user
+frame exists).
 
 Digests are position-sensitive and cover every dtype.  On CPU a digest is
 taken from the tensor's bytes in logical order with numpy and zlib, on the spot
@@ -22,6 +21,25 @@ are looked up by storage, layout and version counter instead of being hashed
 again; only leaves are hashed.  Outputs of allocation ops and of view ops are
 not hashed (garbage, respectively an alias of something hashed: a view as large
 as its input takes over the input's digest, a smaller one is hashed if read).
+With ``allocation_fill`` set (``detaudit run`` gives each run its own number)
+an allocation's memory is filled with that number, so a read of it changes
+the reader's output in every run, not only when the allocator happens to hand
+back different bytes.
+
+What an op reads is the data the comparison follows from producer to
+reader.  An argument the op's schema names as its own scratch space
+(``SCRATCH_ARGUMENTS``: the reserve/workspace buffer an RNN or batch-norm
+forward hands to its backward) is not: those buffers carry bytes the kernel
+never wrote (oneDNN's LSTM workspace ends in uninitialized padding).  Nor is
+an argument the op only overwrites (``OVERWRITING_OPS``' ``self``, every
+``out=`` tensor): ``copy.deepcopy`` of a tensor copies into a storage allocated
+outside any op.  The tracer records such an input as ``UNREAD``, equal in
+every run, and a difference in it counts only through the outputs it changes.  Python reads of
+tensor data that dispatch no aten op (``PYTHON_READS``: ``tolist``, ``numpy``,
+``torch.save``) are records of their own, so every value that leaves the trace
+for Python is seen.  At the end, ``note_final_state`` records the digest id of
+each tensor of the final state, so the comparison can tell which differences
+reached it.
 
 Calls that change the torch generator state (``torch.seed()``,
 ``torch.manual_seed``, ``torch.set_rng_state``..., named by the knowledge base)
@@ -37,9 +55,11 @@ external input where it is first read.
 
 from __future__ import annotations
 
+import ctypes
 import functools
 import gc
 import importlib
+import inspect
 import os
 import sys
 import weakref
@@ -48,9 +68,9 @@ from pathlib import Path
 
 import numpy
 import torch
-from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from detaudit.dynamic.collectives import EARLY_READ_FIELDS, Communications
 from detaudit.dynamic.trace_format import (
     ALLOCATED,
     BACKWARD,
@@ -58,21 +78,43 @@ from detaudit.dynamic.trace_format import (
     FORWARD,
     OPTIMIZER,
     PRODUCED,
+    PYTHON_READS,
+    UNREAD,
     UNINIT,
     OpRecord,
     RngEvent,
     Trace,
+    python_value_meta,
 )
 from detaudit.dynamic.watch import StopRun, user_frame
 from detaudit.knowledge.apis import RESEED_FROM_ENTROPY, RNG_STATE_RESTORERS, SEED_PARAMETERS
+from detaudit.knowledge.backend_settings import backend_settings
+from detaudit.runtime.settings import reader
 
 # Ops whose output is uninitialized memory by definition (every nn.Linear
 # starts from one): never compared, never reported.
 ALLOCATION_OPS = frozenset({"empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided", "empty_permuted"})
+# Arguments through which an op reads its own scratch space, by schema name:
+# the buffer a forward kernel hands its backward (mkldnn_rnn_layer_backward's
+# workspace, cudnn/miopen RNN and batch-norm backward's reserve).  Only the
+# kernel knows which of its bytes it wrote, and some it never does.
+SCRATCH_ARGUMENTS = frozenset({"workspace", "reserve", "reserveSpace"})
+# In-place ops that replace all of ``self`` without reading it.
+OVERWRITING_OPS = frozenset({
+    "copy_", "fill_", "zero_", "set_",
+    "uniform_", "normal_", "random_", "bernoulli_", "exponential_", "geometric_", "cauchy_", "log_normal_",
+})
+_TENSOR_RETURNS = frozenset({"Tensor", "Optional[Tensor]", "List[Tensor]"})
+# schema types whose values may be lists or tuples (what _flatten opens)
+_CONTAINER_KINDS = frozenset({"ListType", "TupleType", "AnyType", "DictType", "UnionType"})
 _UNTRACED_NAMESPACES = frozenset({"profiler"})  # record_function markers: no data
+# elements kept of each output of a sampled capture (the divergence chart's
+# deviations): up to 32 KiB a tensor, whatever the model's size
+SAMPLE_ELEMENTS = 4096
 _STAGE_LIMIT = 8192  # flush early when this many digests wait on the device
 _MIN_FORGET_AT = 4096  # entries in the storage tables before freed storages are first dropped
 _WEIGHT_MULTIPLIER = 0x9E3779B97F4A7C15 - (1 << 64)  # golden-ratio constant as a signed int64
+_DEVICE_WEIGHT_STEP = (2 * _WEIGHT_MULTIPLIER + (1 << 63)) % (1 << 64) - (1 << 63)  # as int64; weight(i) = i * step + 1
 _INT_OF_SIZE = {1: torch.int8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
 _PLAIN_ARG_TYPES = (int, float, bool, str, complex, type(None), torch.dtype, torch.device, torch.layout, torch.memory_format)
 # the CPU digest (host_digest): CRC-32 up to this size, then weighted 64-bit words
@@ -80,7 +122,10 @@ _CRC_MAX_BYTES = 16 * 1024
 _CHUNK_WORDS = 1 << 18  # 2 MiB of weights: stays in cache while the data streams past
 _HOST_WEIGHTS = numpy.arange(_CHUNK_WORDS, dtype=numpy.uint64) * numpy.uint64(_WEIGHT_MULTIPLIER % (1 << 64)) | numpy.uint64(1)
 _CHUNK_MULTIPLIER = 0x100000001B3  # FNV-64 prime: chunk order matters
+_BYTE_ARRAYS: dict[int, type] = {}  # size -> ctypes.c_char * size, made once (more than a small CRC's cost)
 _UINT64_MASK = (1 << 64) - 1
+# Tensor.numpy as torch defines it (the tracer records the user's calls: PYTHON_READS)
+_TENSOR_NUMPY = torch.Tensor.numpy
 # dtypes Tensor.numpy() converts; the others (bfloat16, float8, unsigned ints
 # wider than a byte on older torch) are read through a uint8 view
 _NUMPY_DTYPES = frozenset(
@@ -99,6 +144,8 @@ _RNG_STATE_SETTERS = tuple(
 # torch's ``rebuild_*`` functions here make the tensors received from other processes
 _RECEIVING_MODULE = "torch.multiprocessing.reductions"
 _ENTERED_TRACERS: "weakref.WeakSet[OpTracer]" = weakref.WeakSet()
+_current_autograd_node = torch._C._current_autograd_node
+_is_grad_enabled = torch.is_grad_enabled
 
 
 def _pause_in_forked_child() -> None:
@@ -129,17 +176,76 @@ def _flatten(values, into: list) -> list:
     return into
 
 
+def _flatten_tensors(value, into: list) -> list:
+    """The tensors in a (nested) dict, list or tuple, as ``torch.save`` is usually given them."""
+    if isinstance(value, torch.Tensor):
+        into.append(value)
+    elif isinstance(value, dict):
+        for item in value.values():
+            _flatten_tensors(item, into)
+    elif isinstance(value, (list, tuple)):
+        for item in value:
+            _flatten_tensors(item, into)
+    return into
+
+
+def _is_tensor_or_none(value) -> bool:
+    return value is None or isinstance(value, torch.Tensor)
+
+
+def _result_meta(value) -> str:
+    """``out_meta`` of a non-tensor result: an absent tensor, or a Python value's type."""
+    return "None" if value is None else python_value_meta(type(value).__name__)
+
+
+def _mark_unread(info: "_OpInfo", args, kwargs, flat_args: list, inputs: list, leaves: list) -> None:
+    """Record the arguments whose bytes the op does not read (``_OpInfo.unread_args``)
+    as ``UNREAD`` inputs."""
+    unread = {
+        id(value)
+        for index, name in info.unread_args
+        for value in ((args[index] if index < len(args) else kwargs.get(name)),)
+        if isinstance(value, torch.Tensor)
+    }
+    positions = [p for p, v in enumerate(v for v in flat_args if isinstance(v, torch.Tensor)) if id(v) in unread]
+    for position in positions:
+        inputs[position] = UNREAD
+    leaves[:] = [leaf for leaf in leaves if leaf[0] not in positions]
+
+
+def _torch_fill_switches() -> list[tuple]:
+    """(getter, safe value) of the settings table's fill-uninitialized-memory
+    and of the setting it requires: torch fills allocations itself while all
+    of them hold their safe values."""
+    settings = backend_settings()
+    fill = settings["fill-uninitialized-memory"]
+    switches = [fill] + ([settings[fill.matters.requires]] if fill.matters.requires else [])
+    readers = [(reader(torch, setting), setting.safe) for setting in switches]
+    # a torch without one of them never fills: the tracer always does
+    return readers if all(read is not None for read, _ in readers) else [(lambda: False, True)]
+
+
 def host_digest(tensor: torch.Tensor) -> int:
     """Digest of a CPU tensor's bytes in logical (row-major) order: position-
     sensitive, any dtype, equal across processes.  Small tensors get a CRC-32;
     larger ones a sum of their 64-bit words times odd position weights (a
     numpy integer dot product: one pass, no temporary, about 3x faster than
-    CRC-32), taken in chunks so the weights stay small and cached."""
+    CRC-32), taken in chunks so the weights stay small and cached.
+
+    A small contiguous tensor's bytes are read in place, through a ctypes
+    view of its memory: the same bytes ``Tensor.numpy`` would show (conj and
+    neg bits aside, which go the long way), without its several microseconds
+    of checks and array building, most of the digest's cost on small ops."""
     if not tensor.is_contiguous():
         tensor = tensor.contiguous()
+    else:
+        size = tensor.nbytes
+        if size < _CRC_MAX_BYTES and not (tensor.is_conj() or tensor.is_neg()):
+            array_type = _BYTE_ARRAYS.get(size) or _BYTE_ARRAYS.setdefault(size, ctypes.c_char * size)
+            return zlib.crc32(array_type.from_address(tensor.data_ptr()))
     if tensor.dtype not in _NUMPY_DTYPES:
         tensor = tensor.resolve_conj().reshape(-1).view(torch.uint8)
-    data = tensor.numpy(force=True)  # force: detach, resolve conj/neg bits
+    data = _host_array(tensor, force=True)  # force: detach, resolve conj/neg bits
     if data.nbytes < _CRC_MAX_BYTES:
         return zlib.crc32(data)
     data = data.reshape(-1).view(numpy.uint8)
@@ -151,6 +257,41 @@ def host_digest(tensor: torch.Tensor) -> int:
     return digest
 
 
+def output_sample(tensor: torch.Tensor) -> torch.Tensor:
+    """A CPU copy of up to ``SAMPLE_ELEMENTS`` elements of ``tensor``, at
+    evenly spaced positions of its logical order that depend only on its size
+    (so two runs sample the same elements); all of a smaller tensor."""
+    try:
+        flat = tensor.detach().reshape(-1)
+    except (RuntimeError, NotImplementedError):  # sparse and other layouts without a flat view: nothing
+        return torch.empty(0)
+    stride = -(-flat.numel() // SAMPLE_ELEMENTS)
+    return (flat[::stride] if stride > 1 else flat).to("cpu", copy=True)
+
+
+def full_capture(inputs: list, outputs: list, results: list) -> dict:
+    """A capture of one record: CPU copies of its tensor inputs (as they were
+    before the op) and outputs, then its Python number results as tensors."""
+    return {
+        "inputs": inputs,
+        "outputs": [t.detach().to("cpu", copy=True) for t in outputs]
+        + [torch.tensor(v) for v in results if isinstance(v, (bool, int, float, complex))],
+    }
+
+
+def sampled_capture(outputs: list) -> dict:
+    """A sampled capture of one record: ``output_sample`` of each tensor output, with its size."""
+    return {"outputs": [output_sample(t) for t in outputs], "sampled_from": [t.numel() for t in outputs]}
+
+
+def _host_array(tensor: torch.Tensor, **kwargs) -> numpy.ndarray:
+    """``tensor.numpy()`` for detaudit's own use: torch function modes would
+    hand the call to whatever ``Tensor.numpy`` is now, the tracer's record of
+    a user's read (``PYTHON_READS``)."""
+    with torch._C.DisableTorchFunction():
+        return _TENSOR_NUMPY(tensor, **kwargs)
+
+
 def _rng_state_digest() -> int:
     """Digest of the global generators' state (CPU, and CUDA once initialized)."""
     states = [torch.get_rng_state()]
@@ -158,7 +299,7 @@ def _rng_state_digest() -> int:
         states.extend(torch.cuda.get_rng_state_all())
     digest = 0
     for state in states:
-        digest = zlib.crc32(state.numpy(), digest)
+        digest = zlib.crc32(_host_array(state), digest)
     return digest
 
 
@@ -168,6 +309,9 @@ class _OpInfo:
     def __init__(self, func):
         schema = func._schema
         self.name = str(func)
+        self.op = func  # held: its id keys this info
+        # what running it calls: an OpOverload's __call__ is one more Python frame around its C++ op
+        self.call = func._op if type(func) is torch._ops.OpOverload else func
         self.is_allocation = func._opname in ALLOCATION_OPS
         self.is_seeded = torch.Tag.nondeterministic_seeded in func.tags
         self.written_args = [
@@ -178,24 +322,95 @@ class _OpInfo:
         self.is_view = any(
             ret.alias_info is not None and not ret.alias_info.is_write for ret in schema.returns
         )
+        # scratch space by name, ``self`` of an op that overwrites it, ``out=`` tensors
+        overwrites_self = func._opname in OVERWRITING_OPS
+        self.unread_args = [
+            (index, argument.name)
+            for index, argument in enumerate(schema.arguments)
+            if (argument.name in SCRATCH_ARGUMENTS and str(argument.type) == "Tensor")
+            or (argument.alias_info is not None and argument.alias_info.is_write
+                and (argument.kwarg_only or (index == 0 and overwrites_self)))
+        ]
+        self.returns_python = any(str(ret.type) not in _TENSOR_RETURNS for ret in schema.returns)
+        self.communicates = Communications.handles(func)
+        self.untraced = func.namespace in _UNTRACED_NAMESPACES
+        # no list argument: the arguments need no flattening; one plain
+        # return: the results are the result alone
+        self.flat_args = not any(_is_container(argument.type) for argument in schema.arguments)
+        self.single_result = len(schema.returns) == 1 and not _is_container(schema.returns[0].type)
 
 
-class _ForwardSites(TorchFunctionMode):
-    def __init__(self, tracer: "OpTracer"):
-        super().__init__()
-        self.tracer = tracer
+def _is_container(schema_type) -> bool:
+    """Whether an argument or return of this schema type can be a list or tuple."""
+    if schema_type.kind() == "OptionalType":
+        schema_type = schema_type.getElementType()
+    return schema_type.kind() in _CONTAINER_KINDS
 
-    def __torch_function__(self, func, types, args=(), kwargs=None):
-        result = func(*args, **(kwargs or {}))
-        if self.tracer.paused:
-            return result
-        if isinstance(result, torch.Tensor) and result.grad_fn is not None:
-            self.tracer.note_forward_site(result.grad_fn)
-        elif isinstance(result, (tuple, list)):
-            for item in result:
-                if isinstance(item, torch.Tensor) and item.grad_fn is not None:
-                    self.tracer.note_forward_site(item.grad_fn)
-        return result
+
+try:  # torch 2.6+: how dynamo treats a code object
+    from torch._C._dynamo.eval_frame import _FrameAction, _FrameExecStrategy, set_code_exec_strategy
+except ImportError:
+    set_code_exec_strategy = None
+
+
+def never_compiled(function):
+    """Make dynamo skip ``function`` and everything it calls (a decorator).
+
+    A mode's handler runs inside whatever frame dispatched the op; when dynamo
+    is evaluating that frame (a ``torch.compile``'d function, which runs
+    eagerly while a dispatch mode is active), it would compile the handler and
+    every tracer helper it calls, one graph each: seconds per helper, then
+    recompile limits.  torch's own guard, ``_should_skip_dynamo()`` wrapping
+    every call in ``torch._dynamo.disable``, costs about 0.5 us per op and
+    imports dynamo; marking the code object costs nothing per op.  On a torch
+    without the marking, ``skips_dynamo_per_call`` keeps torch's guard."""
+    if set_code_exec_strategy is not None:
+        set_code_exec_strategy(function.__code__, _FrameExecStrategy(_FrameAction.SKIP, _FrameAction.SKIP))
+    return function
+
+
+def skips_dynamo_per_call() -> bool:
+    """What a mode's ``_should_skip_dynamo`` returns: torch's per-call guard only when ``never_compiled`` cannot work."""
+    return set_code_exec_strategy is None
+
+
+# code flags of frames that can be suspended and resumed under another caller
+_RESUMABLE_CODE = inspect.CO_GENERATOR | inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR | inspect.CO_ITERABLE_COROUTINE
+
+
+class _UserFrames:
+    """``user_frame(caller)``, remembered for the last caller frame.
+
+    Consecutive ops are mostly dispatched from the same frame (a module's
+    forward, the optimizer's loop), and while that frame runs, the frames
+    above it cannot change: the user frame found once stays the answer until
+    another frame dispatches (its line is read when asked, so a user frame
+    that dispatches ops itself is right too).  Not when a resumable frame
+    (a generator, a coroutine) lies between the two: each resumption may
+    come from another caller.  Holds the last caller frame until the next
+    lookup or ``forget()``; ``None`` (no Python frame dispatched the op: an
+    autograd thread's) has no user frame."""
+
+    __slots__ = ("caller", "user")
+
+    def __init__(self):
+        self.caller = self.user = None
+
+    def find(self, caller):
+        if caller is None:
+            return None
+        if caller is self.caller:
+            return self.user
+        user = user_frame(caller)
+        frame = caller
+        while frame is not user and not frame.f_code.co_flags & _RESUMABLE_CODE:
+            frame = frame.f_back
+        self.caller = caller if frame is user else None
+        self.user = user
+        return user
+
+    def forget(self) -> None:
+        self.caller = self.user = None
 
 
 class _OpRecorder(TorchDispatchMode):
@@ -205,19 +420,22 @@ class _OpRecorder(TorchDispatchMode):
 
     @classmethod
     def _should_skip_dynamo(cls) -> bool:
-        # By default torch wraps __torch_dispatch__ in torch._dynamo.disable,
-        # which costs about 0.5 us on every op; this handler is never
-        # compiled, and torch.compile'd code still runs under the mode without it.
-        return False
+        return skips_dynamo_per_call()  # see never_compiled
 
+    @never_compiled
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        if self.tracer.paused or func.namespace in _UNTRACED_NAMESPACES:
+        if self.tracer.paused:
             return func(*args, **(kwargs or {}))
         return self.tracer.record(func, args, kwargs or {})
 
 
 class OpTracer:
-    def __init__(self, capture_ops=()):
+    """``device_digests=True`` takes every digest the way a GPU does (a
+    position-weighted sum on the tensor's device, staged until ``flush()``),
+    also for CPU tensors: the CUDA digest path, testable without a GPU."""
+
+    def __init__(self, capture_ops=(), sampled_ops=(), device_digests: bool = False, allocation_fill: int | None = None):
+        self._host_digests = not device_digests  # CPU tensors get host_digest()
         self.records: list[tuple] = []  # OpRecord fields as plain tuples (see record())
         self.digests: list[int] = []  # host digests; a digest id indexes this list once flushed
         self._staged: list[torch.Tensor | int] = []
@@ -227,20 +445,40 @@ class OpTracer:
         self._forget_at = _MIN_FORGET_AT  # table size at which entries of freed storages are dropped
         self._froze_gc = False
         self._forward_sites: dict[int, tuple] = {}  # grad_fn sequence nr -> (file, line, module)
-        self._op_info: dict = {}
+        # (weak references to the output tensors, (file, line, module)) of the last op run with grad mode on
+        self._last_outputs: tuple | None = None
+        self._user_frames = _UserFrames()  # the user frame above the frame that dispatches an op
+        self._op_info: dict[int, _OpInfo] = {}  # id(op overload) -> what is known of it (an OpOverload hashes in Python)
         self._out_meta: dict[tuple, str] = {}  # (dtype, shape) -> "float32[2, 3]"
         self._weights: dict[tuple, torch.Tensor] = {}  # (device, int dtype) -> position weights
         self.rng_events: list[RngEvent] = []  # calls that set the generator state
         self._in_rng_setter = False  # torch.manual_seed calls torch.cuda.manual_seed_all: record the outer call
-        self._patched: list[tuple] = []  # (module, attribute, original function): RNG setters, receivers
+        self._patched: list[tuple] = []  # (module, attribute, original): RNG setters, receivers, Python reads
         self.capture_ops = set(capture_ops)
+        self.sampled_ops = set(sampled_ops)  # of capture_ops: keep only a sample of the outputs (output_sample)
+        self.final: dict[str, int] = {}  # final-state tensor name -> digest id (note_final_state)
+        # what allocation ops' memory is filled with (a number per run), so a
+        # read of uninitialized memory differs between runs every time instead
+        # of when the allocator happens to hand back different bytes; None
+        # leaves the bytes as they are
+        self.allocation_fill = allocation_fill
+        # (read, safe value) of the settings under which torch fills allocations itself
+        self._torch_fill_switches = _torch_fill_switches() if allocation_fill is not None else []
         self.captured: dict[int, dict] = {}
         self.watcher = None
         # set while detaudit itself runs torch ops (flush, state capture) or
         # rebuilds received tensors, and for good in a forked child: a pause
         # must restore, not clear, it
         self.paused = False
-        self._modes = [_ForwardSites(self), _OpRecorder(self)]
+        # (phase, file, line, module) of the op this tracer is handing to the
+        # modes below it, None while it runs ops of its own (digests,
+        # captures): a mode below (the test-only fault injector) acts on the
+        # user's ops only
+        self.dispatching: tuple | None = None
+        # told of each record as it is traced and of each flush (online_capture.OnlineCapture); None: nobody
+        self.observer = None
+        self._modes = [_OpRecorder(self)]
+        self.communications = Communications(self)  # torch.distributed's ops, completed when waited on
 
     def attach(self, watcher) -> None:
         self.watcher = watcher
@@ -256,6 +494,8 @@ class OpTracer:
             gc.freeze()
         self._patch_rng_setters()
         self._patch_receivers()
+        self._patch_python_reads()
+        self.communications.patch_wait(self._patched)
         for mode in self._modes:
             mode.__enter__()
         _ENTERED_TRACERS.add(self)
@@ -265,6 +505,8 @@ class OpTracer:
         _ENTERED_TRACERS.discard(self)
         for mode in reversed(self._modes):
             mode.__exit__(*exc_info)
+        self._user_frames.forget()
+        self._last_outputs = None
         self._unpatch()
         if self._froze_gc:
             gc.unfreeze()
@@ -286,6 +528,33 @@ class OpTracer:
             if attribute.startswith("rebuild_") and callable(original):
                 self._patched.append((module, attribute, original))
                 setattr(module, attribute, self._untraced(original))
+
+    def _patch_python_reads(self) -> None:
+        """Record the Python calls that read tensor data outside the dispatcher (``PYTHON_READS``)."""
+        for call in PYTHON_READS:
+            owner = torch.Tensor if call.startswith("Tensor.") else torch
+            attribute = call.rsplit(".", 1)[1]
+            original = getattr(owner, attribute)
+            self._patched.append((owner, attribute, original))
+            setattr(owner, attribute, self._recording_read(call, original))
+
+    def _recording_read(self, call: str, original):
+        tracer = self
+
+        @functools.wraps(original)
+        def recording(obj, *args, **kwargs):
+            if tracer.paused:
+                return original(obj, *args, **kwargs)
+            tracer.note_python_read(call, _flatten_tensors(obj, []))
+            # the read is recorded; inside, the call may run ops of its own (and
+            # come back here through a torch function mode): not the user's
+            tracer.paused = True
+            try:
+                return original(obj, *args, **kwargs)
+            finally:
+                tracer.paused = False
+
+        return recording
 
     def _unpatch(self) -> None:
         while self._patched:
@@ -340,21 +609,79 @@ class OpTracer:
             )
         )
 
+    # -- reads outside the dispatcher ----------------------------------------
+    def note_python_read(self, call: str, tensors: list) -> None:
+        """One record per tensor whose data Python reads without an aten op:
+        its input is the tensor, and so is its output (the value Python got is
+        a function of the tensor alone)."""
+        phase, filename, line, module = self._site(sys._getframe(2))  # the frame that called the read
+        for tensor in tensors:
+            record_index = len(self.records)
+            paused, self.paused = self.paused, True  # a digest taken here is detaudit's own work
+            try:
+                digest_id, origin = self._input_ref(tensor, record_index)
+            finally:
+                self.paused = paused
+            self.records.append(
+                (
+                    call,
+                    phase,
+                    filename,
+                    line,
+                    module,
+                    self.watcher.steps + 1 if self.watcher else 1,
+                    (python_value_meta(PYTHON_READS[call]),),
+                    0,
+                    (digest_id,),
+                    (digest_id,),
+                    ((0, *origin),) if origin is not None else (),
+                    False,
+                )
+            )
+            if self.observer is not None:
+                self.observer.python_read(record_index, tensor)
+            if record_index in self.capture_ops:
+                paused, self.paused = self.paused, True  # (outside the dispatcher: the copy is not the run's)
+                try:
+                    copy = tensor.detach().to("cpu", copy=True)
+                finally:
+                    self.paused = paused
+                self.captured[record_index] = {"inputs": [copy], "outputs": [copy]}
+                if len(self.captured) == len(self.capture_ops):
+                    raise StopRun()
+
+    def note_final_state(self, state: dict) -> None:
+        """The digest id of each tensor of the run's final state (name -> tensor)."""
+        paused, self.paused = self.paused, True
+        try:
+            self.final = {name: self._input_ref(tensor, len(self.records))[0] for name, tensor in state.items()}
+        finally:
+            self.paused = paused
+
     # -- attribution -------------------------------------------------------
-    def _module(self) -> str:
-        return self.watcher.current_module if self.watcher else ""
+    def _note_forward_sites(self) -> None:
+        """Map the autograd nodes of the last op's outputs to its site.
 
-    def note_forward_site(self, grad_fn) -> None:
-        sequence_nr = grad_fn._sequence_nr()
-        if sequence_nr in self._forward_sites:  # an existing tensor passed through (dropout in eval mode)
-            return
-        frame = user_frame(sys._getframe(1))
-        if frame is not None:
-            self._forward_sites[sequence_nr] = (frame.f_code.co_filename, frame.f_lineno, self._module())
+        Autograd gives an op's outputs their ``grad_fn`` above this mode,
+        after the op returns: they are read when the next op is dispatched
+        (before its own autograd node changes them, which happens after it
+        returns too).  Only for an op run with grad mode on: the outputs of a
+        custom ``autograd.Function``'s forward, which runs with it off, get
+        the Function's node, which stays unattributed (its backward's ops are
+        the user's own lines)."""
+        outputs, site = self._last_outputs
+        self._last_outputs = None
+        for output in outputs:
+            tensor = output()
+            grad_fn = None if tensor is None else tensor.grad_fn
+            if grad_fn is not None:
+                # an existing node (an in-place op's input passed through) keeps its site
+                self._forward_sites.setdefault(grad_fn._sequence_nr(), site)
 
-    def _site(self) -> tuple[str, str, int, str]:
-        """(phase, file, line, module) of the op being dispatched."""
-        node = torch._C._current_autograd_node()
+    def _site(self, caller) -> tuple[str, str, int, str]:
+        """(phase, file, line, module) of the op being dispatched; ``caller``:
+        the frame that dispatched it (None: no Python frame did)."""
+        node = _current_autograd_node()
         if node is not None:
             site = self._forward_sites.get(node._sequence_nr())
             if site is not None:
@@ -362,39 +689,67 @@ class OpTracer:
             phase = BACKWARD
         else:
             phase = OPTIMIZER if self.watcher and self.watcher.in_optimizer else FORWARD
-        frame = user_frame(sys._getframe(1))
+        frame = self._user_frames.find(caller)
+        module = self.watcher.current_module if self.watcher else ""
         if frame is None:
-            return phase, "", 0, self._module()
-        return phase, frame.f_code.co_filename, frame.f_lineno, self._module()
+            return phase, "", 0, module
+        return phase, frame.f_code.co_filename, frame.f_lineno, module
 
     # -- digests -----------------------------------------------------------
     def _position_weights(self, count: int, device: torch.device, dtype: torch.dtype) -> torch.Tensor:
-        """Odd weights 0..count-1 in the bits' own integer type: the products
-        wrap in that type, which keeps every single-element change visible
-        (an odd weight is invertible modulo any power of two) without first
-        widening the bits to int64."""
+        """Weights ``i * step + 1`` (step = twice an odd constant) for
+        positions 0..count-1, in the bits' own integer type: the products
+        wrap in that type, and odd weights keep every single-element change
+        visible (an odd number is invertible modulo any power of two); modulo
+        2^k these weights are distinct for any two positions below 2^(k-1),
+        so that swapping two elements shows too."""
         weights = self._weights.get((device, dtype))
         if weights is None or weights.numel() < count:
             size = max(count, 2 * (0 if weights is None else weights.numel()), 1024)
-            weights = (torch.arange(size, dtype=torch.int64, device=device) * _WEIGHT_MULTIPLIER | 1).to(dtype)
+            weights = (torch.arange(size, dtype=torch.int64, device=device) * _DEVICE_WEIGHT_STEP + 1).to(dtype)
             self._weights[(device, dtype)] = weights
         return weights[:count]
 
     def _device_digest(self, tensor: torch.Tensor) -> torch.Tensor:
         """Position-weighted sum of the element bits, left on the tensor's device."""
-        flat = tensor.reshape(-1)
+        flat = tensor.resolve_conj().resolve_neg().reshape(-1)
         if flat.is_complex():
             flat = torch.view_as_real(flat).reshape(-1)
         bits = flat.view(_INT_OF_SIZE[flat.element_size()])
+        if bits.element_size() < 4:
+            # modulo 2^8 or 2^16 weights repeat every 128 or 32,768 positions:
+            # two swapped bytes (a uint8 image batch in another order) would cancel
+            bits = bits.to(torch.int32)
         return (bits * self._position_weights(bits.numel(), bits.device, bits.dtype)).sum(dtype=torch.int64)
+
+    def _stage_value_digest(self, value) -> int:
+        """Digest id of a Python value an op returned (a number is exact in its repr)."""
+        digest_id = len(self.digests) + len(self._staged)
+        self._staged.append(zlib.crc32(_plain(value).encode()))
+        return digest_id
 
     def _stage_digest(self, tensor: torch.Tensor) -> int:
         digest_id = len(self.digests) + len(self._staged)
         try:
-            self._staged.append(host_digest(tensor) if tensor.is_cpu else self._device_digest(tensor))
+            self._staged.append(
+                host_digest(tensor) if tensor.is_cpu and self._host_digests else self._device_digest(tensor)
+            )
         except (RuntimeError, TypeError, KeyError, NotImplementedError):  # sparse, meta, exotic: shape only
             self._staged.append(zlib.crc32(f"{tensor.dtype}{list(tensor.shape)}".encode()))
         return digest_id
+
+    def stage_digest(self, tensor: torch.Tensor) -> int:
+        """Digest id of ``tensor``, staged as an op output's is (on its device
+        until ``flush()``; then ``digests[id]``).  For recorders that digest
+        other tensors than the trace's, such as the per-sample slices of
+        ``detaudit.dynamic.batch``."""
+        return self._stage_digest(tensor)
+
+    def digest(self, tensor: torch.Tensor) -> int:
+        """The digest this tracer takes of ``tensor``, staged and flushed as on its hot path."""
+        digest_id = self._stage_digest(tensor)
+        self.flush()
+        return self.digests[digest_id]
 
     def flush(self) -> None:
         """Copy the staged digests to the host: one transfer per device."""
@@ -412,13 +767,20 @@ class OpTracer:
                 host = torch.stack([staged[p] for p in positions]).cpu().tolist()
                 for position, value in zip(positions, host):
                     values[position] = value
+            self.digests.extend(values)
+            if self.observer is not None:
+                self.observer.flushed()
         finally:
             self.paused = paused
-        self.digests.extend(values)
 
-    @staticmethod
-    def _layout_key(tensor: torch.Tensor, storage) -> tuple:
-        return (id(storage), tensor.storage_offset(), tensor.shape, tensor.stride(), tensor.dtype)
+    def known_digest(self, digest_id: int) -> int | None:
+        """The digest with id ``digest_id`` (>= 0) once it is on the host; None
+        while it waits on its device for ``flush()``."""
+        flushed = len(self.digests)
+        if digest_id < flushed:
+            return self.digests[digest_id]
+        value = self._staged[digest_id - flushed]
+        return None if isinstance(value, torch.Tensor) else value
 
     def _input_ref(self, tensor: torch.Tensor, record_index: int) -> tuple[int, tuple | None]:
         """(digest id, leaf origin or None) of an input, hashing it only if no
@@ -427,13 +789,17 @@ class OpTracer:
             storage = tensor.untyped_storage()
         except (RuntimeError, NotImplementedError):
             return self._stage_digest(tensor), (EXTERNAL, record_index)
-        known = self._tensor_digest.get(self._layout_key(tensor, storage))
-        if known is not None and known[0]() is storage and tensor._version in known[1]:
+        # the layout key, spelled out here and in _output_ref: each tensor
+        # attribute read costs a C call, the hot path's main cost
+        key = (id(storage), tensor.storage_offset(), tensor.shape, tensor.stride(), tensor.dtype)
+        known = self._tensor_digest.get(key)
+        version = tensor._version
+        if known is not None and known[0]() is storage and version in known[1]:
             # an untouched allocation is reported with its origin: reading it is a bug
             return known[2], (self._origin(storage, record_index) if known[2] == UNINIT else None)
         origin = self._origin(storage, record_index)
         digest_id = self._stage_digest(tensor)
-        self._remember(tensor, storage, digest_id)
+        self._remember(key, storage, version, digest_id)
         return digest_id, origin
 
     def _origin(self, storage, record_index: int) -> tuple:
@@ -452,14 +818,12 @@ class OpTracer:
         self._storage_origin = {key: entry for key, entry in self._storage_origin.items() if entry[0]() is not None}
         self._forget_at = max(_MIN_FORGET_AT, 2 * (len(self._tensor_digest) + len(self._storage_origin)))
 
-    def _remember(
-        self, tensor: torch.Tensor, storage, digest_id: int, written: bool = False, version: int | None = None
-    ) -> None:
+    def _remember(self, key: tuple, storage, version: int, digest_id: int, written: bool = False) -> None:
+        """Readers of the tensor with layout ``key`` at ``version`` read ``digest_id``."""
         # An in-place op's version bump happens above this mode, after it
         # returns: a written tensor is current at its version or the next.
-        version = tensor._version if version is None else version
         versions = (version, version + 1) if written else (version,)
-        self._tensor_digest[self._layout_key(tensor, storage)] = (weakref.ref(storage), versions, digest_id)
+        self._tensor_digest[key] = (weakref.ref(storage), versions, digest_id)
         if len(self._tensor_digest) + len(self._storage_origin) > self._forget_at:
             self._forget_dead_storages()
 
@@ -472,10 +836,6 @@ class OpTracer:
             storage = tensor.untyped_storage()
         except (RuntimeError, NotImplementedError):
             return self._stage_digest(tensor)
-        if info.is_allocation:
-            self._storage_origin[id(storage)] = (weakref.ref(storage), (ALLOCATED, record_index))
-            self._remember(tensor, storage, UNINIT)
-            return UNINIT
         if info.is_view and not written:
             # A view is a function of its input and of the view op's
             # arguments, which are compared in this record: when it is at
@@ -487,17 +847,39 @@ class OpTracer:
             # (A view gets its input's version counter above this mode, after
             # it returns: here it still has a fresh one.)
             if view_of is not None and tensor.numel() >= view_of[0].numel():
-                self._remember(tensor, storage, view_of[1], version=view_of[0]._version)
+                key = (id(storage), tensor.storage_offset(), tensor.shape, tensor.stride(), tensor.dtype)
+                self._remember(key, storage, view_of[0]._version, view_of[1])
             return None
-        covers_storage = tensor.numel() * tensor.element_size() >= storage.nbytes()
-        origin_entry = self._storage_origin.get(id(storage))
-        if not written or covers_storage or origin_entry is None or origin_entry[0]() is not storage:
+        key = (id(storage), tensor.storage_offset(), tensor.shape, tensor.stride(), tensor.dtype)
+        if info.is_allocation:
+            self._storage_origin[id(storage)] = (weakref.ref(storage), (ALLOCATED, record_index))
+            self._remember(key, storage, tensor._version, UNINIT)
+            return UNINIT
+        # a write to part of a storage leaves the rest's origin
+        partly_written = written and tensor.nbytes < storage.nbytes()
+        origin_entry = self._storage_origin.get(id(storage)) if partly_written else None
+        if origin_entry is None or origin_entry[0]() is not storage:
             self._storage_origin[id(storage)] = (weakref.ref(storage), (PRODUCED, record_index))
         digest_id = self._stage_digest(tensor)
-        self._remember(tensor, storage, digest_id, written)
+        self._remember(key, storage, tensor._version, digest_id, written)
         return digest_id
 
     # -- the record --------------------------------------------------------
+    def _fill_allocation(self, tensor) -> None:
+        """Fill an allocation op's output with this run's number, unless torch
+        fills it itself (deterministic algorithms with fill_uninitialized_memory:
+        then what it reads is the same in every run, and so is the audit's verdict)."""
+        if not isinstance(tensor, torch.Tensor) or tensor.layout != torch.strided:
+            return
+        if all(read() == safe for read, safe in self._torch_fill_switches):
+            return
+        value = self.allocation_fill % 2 if tensor.dtype == torch.bool else self.allocation_fill
+        try:
+            with torch.no_grad():
+                tensor.fill_(value)
+        except (RuntimeError, NotImplementedError):  # quantized and other exotic dtypes keep their bytes
+            pass
+
     def _meta(self, tensor: torch.Tensor) -> str:
         key = (tensor.dtype, tensor.shape)
         meta = self._out_meta.get(key)
@@ -506,12 +888,24 @@ class OpTracer:
         return meta
 
     def record(self, func, args, kwargs):
-        info = self._op_info.get(func)
+        info = self._op_info.get(id(func))
         if info is None:
-            info = self._op_info[func] = _OpInfo(func)
+            info = self._op_info[id(func)] = _OpInfo(func)
+        if info.untraced:
+            return info.call(*args, **kwargs)
+        caller = sys._getframe(1).f_back  # the frame that dispatched the op
+        if info.communicates:
+            return self.communications.record(func, info, args, kwargs, caller)
         record_index = len(self.records)
-        phase, filename, line, module = self._site()
-        flat_args = _flatten(kwargs.values(), _flatten(args, [])) if kwargs else _flatten(args, [])
+        if self._last_outputs is not None:
+            self._note_forward_sites()
+        site = self._site(caller)
+        if info.flat_args:
+            flat_args = (*args, *kwargs.values()) if kwargs else args
+        else:
+            flat_args = _flatten(kwargs.values(), _flatten(args, [])) if kwargs else _flatten(args, [])
+        if self.communications.pending:
+            self.communications.before_op(func, flat_args, caller)
         inputs, leaves, plain = [], [], []
         view_of = None
         for value in flat_args:
@@ -524,23 +918,50 @@ class OpTracer:
                 inputs.append(digest_id)
             else:
                 plain.append(_plain(value))
+        if info.unread_args:
+            _mark_unread(info, args, kwargs, flat_args, inputs, leaves)
         capture = record_index in self.capture_ops
-        if capture:
+        sample = capture and record_index in self.sampled_ops
+        if capture and not sample:
             captured_inputs = [v.detach().to("cpu", copy=True) for v in flat_args if isinstance(v, torch.Tensor)]
+        if self.observer is not None:
+            self.observer.before_op(record_index, flat_args, inputs, leaves)
 
-        result = func(*args, **kwargs)
+        self.dispatching = site
+        try:
+            result = info.call(*args, **kwargs)
+        finally:
+            self.dispatching = None
 
-        written = [
-            item
-            for index, name in info.written_args
-            for item in _flatten((args[index] if index < len(args) else kwargs.get(name),), [])
-            if isinstance(item, torch.Tensor)
-        ]
-        flat_result = _flatten((result,), [])
-        out_tensors = list({id(t): t for t in [*flat_result, *written] if isinstance(t, torch.Tensor)}.values())
-        written_ids = {id(t) for t in written}
-        outputs = [self._output_ref(t, info, record_index, id(t) in written_ids, view_of) for t in out_tensors]
-        out_meta = tuple(self._meta(v) if isinstance(v, torch.Tensor) else _plain(v) for v in flat_result)
+        if info.is_allocation and self.allocation_fill is not None:
+            self._fill_allocation(result)
+        flat_result = (result,) if info.single_result else _flatten((result,), [])
+        if info.written_args:
+            written = [args[index] if index < len(args) else kwargs.get(name) for index, name in info.written_args]
+            if not info.flat_args:  # a written list of tensors (the _foreach_ ops')
+                written = _flatten(written, [])
+            written = [item for item in written if isinstance(item, torch.Tensor)]
+            out_tensors = list({id(t): t for t in [*flat_result, *written] if isinstance(t, torch.Tensor)}.values())
+            written_ids = {id(t) for t in written}
+        else:
+            out_tensors = [t for t in flat_result if isinstance(t, torch.Tensor)]
+            if len(out_tensors) > 1:
+                out_tensors = list({id(t): t for t in out_tensors}.values())
+            written_ids = ()
+        if site[1] and _is_grad_enabled():  # from a user line: its nodes' backward ops are attributed to it
+            # weakly: an output this mode still holds when it returns is detached by torch (a factory's)
+            self._last_outputs = ([weakref.ref(tensor) for tensor in out_tensors], site[1:])
+        outputs = []
+        for tensor in out_tensors:
+            digest_id = self._output_ref(tensor, info, record_index, id(tensor) in written_ids, view_of)
+            if digest_id is not None:
+                outputs.append(digest_id)
+        if info.single_result:
+            out_meta = (self._meta(result) if isinstance(result, torch.Tensor) else _result_meta(result),)
+        else:
+            out_meta = tuple(self._meta(v) if isinstance(v, torch.Tensor) else _result_meta(v) for v in flat_result)
+        if info.returns_python:
+            outputs += [self._stage_value_digest(v) for v in flat_result if not _is_tensor_or_none(v)]
         # OpRecord's fields as a plain tuple of atomic values and tuples: the
         # garbage collector stops tracking it, so full collections do not walk
         # the whole trace (with lists they cost more than the tracing itself
@@ -549,24 +970,23 @@ class OpTracer:
         self.records.append(
             (
                 info.name,
-                phase,
-                filename,
-                line,
-                module,
+                *site,
                 self.watcher.steps + 1 if self.watcher else 1,
                 out_meta,
-                zlib.crc32("\x1f".join(plain).encode()),
+                zlib.crc32("\x1f".join(plain).encode()) if plain else 0,
                 tuple(inputs),
-                tuple(o for o in outputs if o is not None),
+                tuple(outputs),
                 tuple(leaves),
                 info.is_seeded,
             )
         )
+        if self.observer is not None:
+            self.observer.after_op(record_index, out_tensors, flat_result)
         if capture:
-            self.captured[record_index] = {
-                "inputs": captured_inputs,
-                "outputs": [t.detach().to("cpu", copy=True) for t in out_tensors],
-            }
+            if sample:
+                self.captured[record_index] = sampled_capture(out_tensors)
+            else:
+                self.captured[record_index] = full_capture(captured_inputs, out_tensors, flat_result)
             if len(self.captured) == len(self.capture_ops):
                 raise StopRun()  # everything asked for is captured: the rest of the run is not needed
         if len(self._staged) >= _STAGE_LIMIT:
@@ -587,6 +1007,7 @@ class OpTracer:
             "ops": [OpRecord(op, phase, relative(path), *rest) for op, phase, path, *rest in self.records],
             "digests": self.digests,
             "rng_events": [event._replace(path=relative(event.path)) for event in self.rng_events],
+            "final": self.final,
         }
 
     def save(self, output_dir: Path) -> dict:
@@ -594,6 +1015,12 @@ class OpTracer:
         trace_file = Path(output_dir) / "trace.json"
         Trace(**self.trace_data()).save(trace_file)
         files = {"trace_file": str(trace_file)}
+        if self.communications.early_reads:
+            cwd = os.getcwd() + os.sep
+            files["early_reads"] = [
+                {**dict(zip(EARLY_READ_FIELDS, read)), "path": read[2].removeprefix(cwd)}
+                for read in self.communications.early_reads
+            ]
         if self.captured:
             capture_file = Path(output_dir) / "capture.pt"
             torch.save(self.captured, capture_file)

@@ -1,39 +1,76 @@
-"""What ``detaudit run --vary`` can change between repeats, as one table.
+"""What ``detaudit run --vary`` can change, as one table.
 
-Runs 1 and 2 keep a variation's control setting (the control pair) and later
-runs take varied ones; a root cause seen only in pairs whose setting differed
-is reported as the variation's cause kind.  Each entry names the
-``LaunchOptions`` field its setting goes to; ``launch.py`` and the bootstrap
-apply it in the child.  The CLI's choices and help, the runner and the
-analysis all read this table.  Imports neither torch nor numpy.
+A variation is one of two shapes:
+
+* a *setting changed between repeats* of the script (threads, hash seed):
+  runs 1 and 2 keep its control setting (the control pair) and later runs
+  take varied ones; a root cause seen only in pairs whose setting differed is
+  reported as the variation's cause kind.  The entry names the
+  ``LaunchOptions`` field its setting goes to; ``launch.py`` and the
+  bootstrap apply it in the child.
+* an *audit of its own* in place of the repeats (batch): ``audit`` names the
+  function, as "module:function", that runs it and returns its report; the
+  runner calls it with the script, its arguments, the run options and the
+  options the entry names (``options``: the command line adds those flags).
+
+The CLI's choices and help, the runner and the analysis all read this table.
+Imports neither torch nor numpy.
 """
 
 from __future__ import annotations
 
+import importlib
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from detaudit.dynamic.causes import HASH_ORDER, THREAD_COUNT, CauseKind
+from detaudit.dynamic.causes import BATCH_VARIANT_OP, HASH_ORDER, THREAD_COUNT, CauseKind
 
 
 @dataclass(frozen=True)
 class Variation:
     name: str  # the --vary value
     help: str  # what it varies, for --help
-    launch_option: str  # the LaunchOptions field that carries the setting to the child
-    control: Any  # the setting of runs 1 and 2
-    varied: Callable[[int], Any]  # the setting of the k-th varied run, k = 1, 2, ...
-    cause: CauseKind  # what a difference that only shows when the setting changes is
+    cause: CauseKind  # what a difference it brings out is reported as
+    # a setting changed between repeats:
+    launch_option: str = ""  # the LaunchOptions field that carries the setting to the child
+    control: Any = None  # the setting of runs 1 and 2
+    varied: Callable[[int], Any] | None = None  # the setting of the k-th varied run, k = 1, 2, ...
+    fingerprint_key: str = ""  # the environment fingerprint's key that shows the setting a run ran with
+    # or an audit of its own, "module:function", in place of the repeats
+    audit: str = ""
+    options: tuple[str, ...] = ()  # the run options (command-line flags) its audit takes
+
+    @property
+    def repeats_script(self) -> bool:
+        """Whether it is a setting changed between repeats (else an audit of its own)."""
+        return not self.audit
 
     def settings(self, repeats: int) -> list:
         """The setting of each repeat."""
         return [self.control, self.control] + [self.varied(k) for k in range(1, repeats - 1)]
 
+    def audit_function(self) -> Callable:
+        module, function = self.audit.split(":")
+        return getattr(importlib.import_module(module), function)
+
+    def in_effect(self, environment: dict) -> Any:
+        """The setting a run ran with, from its fingerprint (the script may have set its own)."""
+        return environment.get(self.fingerprint_key)
+
 
 VARIATIONS: dict[str, Variation] = {
     variation.name: variation
     for variation in (
-        Variation("threads", "intra-op threads", "threads", 1, lambda k: 2 * k, THREAD_COUNT),
-        Variation("hashseed", "PYTHONHASHSEED", "hash_seed", "0", str, HASH_ORDER),
+        Variation("threads", "intra-op threads", THREAD_COUNT, launch_option="threads", control=1, varied=lambda k: 2 * k,
+                  fingerprint_key="torch.get_num_threads"),
+        Variation("hashseed", "PYTHONHASHSEED", HASH_ORDER, launch_option="hash_seed", control="0", varied=str,
+                  fingerprint_key="env.PYTHONHASHSEED"),
+        Variation(
+            "batch",
+            "the batch a sample is in (calls the script's detaudit_batch_entry on detaudit_batch_samples)",
+            BATCH_VARIANT_OP,
+            audit="detaudit.dynamic.batch_run:audit_batch_script",
+            options=("batch_sizes", "positions"),
+        ),
     )
 }

@@ -65,6 +65,16 @@ def variable_name(obj: object) -> str | None:
     return None
 
 
+# attributes that wrap a module without adding a level the user wrote:
+# torch.compile's OptimizedModule keeps the model as ``_orig_mod``
+_WRAPPER_ATTRIBUTES = frozenset({"_orig_mod"})
+
+
+def _without_wrappers(qualified_name: str) -> str:
+    """``_orig_mod.blocks.0`` -> ``blocks.0``."""
+    return ".".join(part for part in qualified_name.split(".") if part not in _WRAPPER_ATTRIBUTES)
+
+
 class StopRun(BaseException):
     """Raised after the last requested optimizer step (a BaseException so that
     the user's ``except Exception`` does not swallow it)."""
@@ -141,9 +151,10 @@ class TrainingWatcher:
             unique = f"{name}{n}"
         self.roots.append((unique, module))
         for sub_name, sub in module.named_modules():
+            sub_name = _without_wrappers(sub_name)
             self._module_names.setdefault(id(sub), f"{unique}.{sub_name}" if sub_name else unique)
         for param_name, param in module.named_parameters():
-            self.param_names.setdefault(id(param), f"{unique}.{param_name}")
+            self.param_names.setdefault(id(param), f"{unique}.{_without_wrappers(param_name)}")
         return unique
 
     # -- optimizers ------------------------------------------------------
@@ -161,6 +172,25 @@ class TrainingWatcher:
     def _before_step(self, optimizer, args, kwargs):
         self.add_optimizer(optimizer)
         self.in_optimizer = True
+        # args: the optimizer, then step()'s own
+        closure = kwargs.get("closure", args[1] if len(args) > 1 else None)
+        if closure is None:
+            return None
+        # The closure is the step's forward and backward (LBFGS, Lightning's
+        # automatic optimization), run from inside step(): its ops are not the
+        # optimizer's
+        watcher = self
+
+        def training_closure():
+            watcher.in_optimizer = False
+            try:
+                return closure()
+            finally:
+                watcher.in_optimizer = True
+
+        if "closure" in kwargs:
+            return args, {**kwargs, "closure": training_closure}
+        return (args[0], training_closure, *args[2:]), kwargs
 
     def _after_step(self, optimizer, args, kwargs):
         self.in_optimizer = False

@@ -17,8 +17,9 @@ def _escape_property(text: str) -> str:
     return _escape_data(text).replace(":", "%3A").replace(",", "%2C")
 
 
-def github_annotations(findings: Sequence[Finding]) -> str:
-    lines = []
+def github_annotations(findings: Sequence[Finding], *, errors: Sequence[str] = ()) -> str:
+    """One annotation per finding, and one ``::error::`` per problem that made the run incomplete."""
+    lines = [f"::error title=detaudit::{_escape_data(error)}" for error in errors]
     for finding in findings:
         props = [f"file={_escape_property(finding.path)}"]
         if finding.line and finding.cell is None:

@@ -16,7 +16,10 @@ def check_report(
     suppressed: Sequence[Finding],
     messages: Sequence[str],
     elapsed: float,
+    errors: Sequence[str] = (),
 ) -> dict:
+    """``summary.errors`` lists what made the check incomplete (a path that does
+    not exist, an internal error): the command exits 2 when it is not empty."""
     return {
         "version": __version__,
         "files_checked": files_checked,
@@ -27,6 +30,7 @@ def check_report(
             "by_severity": dict(Counter(f.severity.label for f in findings).most_common()),
             "suppressed": len(suppressed),
             "messages": list(messages),
+            "errors": list(errors),
             "elapsed_s": round(elapsed, 4),
         },
     }

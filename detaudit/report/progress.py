@@ -1,14 +1,19 @@
-"""Progress of work made of several runs (``variance``, ``instability``; made
-to be shared by ``run``): a live bar with the runs done, the runs going and
-an ETA on an interactive terminal; one plain line per finished run otherwise
-(CI logs, pipes), with the same counts and estimate.  It always writes to
-stderr, so a command's stdout stays its report (pure JSON with
-``--format json``).
+"""Progress of work made of several runs (``variance``, ``instability``,
+``run``): a live bar with the runs done, the runs going and an ETA on an
+interactive terminal; one plain line per finished run otherwise (CI logs,
+pipes), with the same counts and estimate.  It always writes to stderr, so a
+command's stdout stays its report (pure JSON with ``--format json``).
 
     with RunProgress("variance", total=10) as progress:
         progress.started("fixed-000")
         ...
         progress.finished("fixed-000", "ok in 2.3 s")
+
+Work that may grow once the first runs are seen (``run``'s capture reruns,
+needed only when the runs differed) starts with ``more_may_follow=True`` and
+calls ``add(count)``; until then its last line does not claim "all done".
+Library code that takes a progress and is called without one uses
+``NoProgress``.
 """
 
 from __future__ import annotations
@@ -50,13 +55,14 @@ def _eta_column():
 class RunProgress:
     """A context manager; ``started``/``finished`` may be called from worker threads."""
 
-    def __init__(self, title: str, total: int, *, console=None):
+    def __init__(self, title: str, total: int, *, console=None, more_may_follow: bool = False):
         if console is None:
             from rich.console import Console
 
             console = Console(stderr=True)
         self.title = title
         self.total = total
+        self.more_may_follow = more_may_follow
         self.console = console
         self.live = console.is_interactive
         self.done = 0
@@ -93,6 +99,12 @@ class RunProgress:
         self.running.append(label)
         self._refresh()
 
+    def add(self, count: int) -> None:
+        """``count`` more runs to do than planned."""
+        self.total += count
+        if self._bar is not None:
+            self._bar.update(self._task, total=self.total)
+
     def finished(self, label: str, outcome: str, *, ok: bool = True) -> None:
         """``label`` ended with ``outcome`` ("ok in 2.3 s", "failed"): advance, and say so."""
         if label in self.running:
@@ -107,6 +119,8 @@ class RunProgress:
         elapsed = time.monotonic() - self._started_at
         if self.done < self.total:
             timing = f"{clock(elapsed)} elapsed, about {clock(seconds_left(elapsed, self.done, self.total))} left"
+        elif self.more_may_follow:
+            timing = f"{clock(elapsed)} elapsed"
         else:
             timing = f"all done in {clock(elapsed)}"
         self.console.print(
@@ -128,3 +142,25 @@ class RunProgress:
         more = len(self.running) - _SHOWN_RUNNING
         running = f"running {shown}" + (f" +{more}" if more > 0 else "") if self.running else ""
         self._bar.update(self._task, running=running)
+
+
+class NoProgress:
+    """``RunProgress``'s interface, saying nothing."""
+
+    def __enter__(self) -> "NoProgress":
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        pass
+
+    def started(self, label: str) -> None:
+        pass
+
+    def add(self, count: int) -> None:
+        pass
+
+    def finished(self, label: str, outcome: str, *, ok: bool = True) -> None:
+        pass
+
+    def note(self, message: str) -> None:
+        pass

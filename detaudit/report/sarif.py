@@ -1,4 +1,10 @@
-"""SARIF 2.1.0 output, written once for static and dynamic findings."""
+"""SARIF 2.1.0 output, written once for static and dynamic findings.
+
+Columns are Unicode code points (``columnKind``), as detaudit counts them.  A
+finding with a safe fix (``Finding.fix``) carries it in ``fixes``, for code
+scanning and editors to offer: each replacement deletes a region of the file
+as it is and inserts the new text there.
+"""
 
 from __future__ import annotations
 
@@ -65,7 +71,7 @@ def to_sarif(findings: Sequence[Finding], rules: Iterable[RuleMetadata], *, run_
             "locations": [
                 {
                     "physicalLocation": {
-                        "artifactLocation": {"uri": finding.path.replace("\\", "/")},
+                        "artifactLocation": {"uri": _uri(finding.path)},
                         "region": region,
                     }
                 }
@@ -75,6 +81,8 @@ def to_sarif(findings: Sequence[Finding], rules: Iterable[RuleMetadata], *, run_
             result["ruleIndex"] = index_of[finding.code]
         if finding.cell is not None:
             result["properties"] = {"notebookCell": finding.cell}
+        if finding.fix is not None:
+            result["fixes"] = [_fix(finding)]
         results.append(result)
     run: dict = {
         "tool": {
@@ -86,10 +94,29 @@ def to_sarif(findings: Sequence[Finding], rules: Iterable[RuleMetadata], *, run_
             }
         },
         "results": results,
+        "columnKind": "unicodeCodePoints",
     }
     if run_invocation is not None:
         run["invocations"] = [run_invocation]
     return {"$schema": SARIF_SCHEMA, "version": "2.1.0", "runs": [run]}
+
+
+def _fix(finding: Finding) -> dict:
+    replacements = [
+        {
+            "deletedRegion": {"startLine": e.line, "startColumn": e.column, "endLine": e.end_line, "endColumn": e.end_column},
+            "insertedContent": {"text": e.text},
+        }
+        for e in finding.fix.edits
+    ]
+    return {
+        "description": {"text": finding.fix.description},
+        "artifactChanges": [{"artifactLocation": {"uri": _uri(finding.path)}, "replacements": replacements}],
+    }
+
+
+def _uri(path: str) -> str:
+    return path.replace("\\", "/")
 
 
 def _message(finding: Finding) -> str:

@@ -50,7 +50,9 @@ def render_findings(
             console.print(f"[dim]  suppressed: {escape(reason)}[/dim]")
 
 
-def summary_line(files_checked: int, findings: Sequence[Finding], suppressed: int, elapsed: float) -> str:
+def summary_line(files_checked: int, findings: Sequence[Finding], suppressed: int, elapsed: float, errors: int = 0) -> str:
+    """``errors``: problems that made the check incomplete (listed on stderr), so that
+    "no findings" is never read as a clean pass."""
     counts = Counter(f.name for f in findings)
     files = f"{files_checked} file{'s' if files_checked != 1 else ''}"
     if not findings:
@@ -61,4 +63,6 @@ def summary_line(files_checked: int, findings: Sequence[Finding], suppressed: in
         text = f"Checked {files} in {elapsed:.2f}s: {total} finding{'s' if total != 1 else ''} ({by_rule})."
     if suppressed:
         text += f" {suppressed} suppressed."
+    if errors:
+        text += f" Incomplete: {errors} error{'s' if errors != 1 else ''} (see above)."
     return text

@@ -30,9 +30,10 @@ from __future__ import annotations
 import os
 import platform
 import sys
-from typing import Any, Callable
+from typing import Any, Callable, Iterable
 
-from detaudit.knowledge.backend_settings import backend_settings
+from detaudit.knowledge.backend_settings import Setting, backend_settings
+from detaudit.knowledge.ops.versions import version_in_range
 from detaudit.runtime.settings import reader
 
 # Environment variables recorded whether set or not (None when unset), so that
@@ -49,6 +50,21 @@ DETERMINISM_ENV_VARS = (
 )
 # Every variable with one of these prefixes is recorded when set.
 DETERMINISM_ENV_PREFIXES = ("TORCHINDUCTOR_",)
+
+# What a short summary of a fingerprint always shows: versions, device, threads, hash seed.
+SUMMARY_KEYS = (
+    "torch.version",
+    "torch.version.cuda",
+    "torch.version.hip",
+    "python.version",
+    "numpy.version",
+    "torch.cuda.is_available",
+    "torch.cuda.devices",
+    "torch.get_num_threads",
+    "env.PYTHONHASHSEED",
+)
+# ... and the switch that decides deterministic kernels, set or not
+_ALWAYS_SHOWN_SETTINGS = ("deterministic-algorithms",)
 
 ERROR_PREFIX = "error: "
 _MAX_ERROR_CHARS = 160
@@ -81,6 +97,46 @@ def fingerprint(*, initialize_cuda: bool = False) -> dict[str, Any]:
     result["numpy.version"] = getattr(numpy, "__version__", None)
     result.update(environment_variables())
     return result
+
+
+def summary(settings: dict[str, Any], also: Iterable[str] = ()) -> dict[str, Any]:
+    """The part of a fingerprint that decides reproducibility, for a one-line
+    report: ``SUMMARY_KEYS`` (unset CUDA versions left out), deterministic
+    algorithms, every setting of the table that differs from its default or
+    has a risky value where it matters, and the keys in ``also`` (what differs
+    between the runs being compared).  The full fingerprint stays in JSON."""
+    table = backend_settings()
+    keys = [key for key in SUMMARY_KEYS if key in settings and (settings[key] is not None or key.startswith("env."))]
+    keys += [table[setting_id].key for setting_id in _ALWAYS_SHOWN_SETTINGS]
+    for setting in table.settings:
+        if setting.key not in settings or setting.key.startswith("env."):
+            continue
+        value = settings[setting.key]
+        changed = setting.default is not None and not is_error(value) and value != setting.default
+        if changed or risky_here(setting, settings):
+            keys.append(setting.key)
+    keys += also
+    return {key: settings.get(key) for key in dict.fromkeys(keys) if key in settings}
+
+
+def risky_here(setting: Setting, settings: dict[str, Any]) -> bool:
+    """The setting was read, has a risky value, and that value matters in this
+    process: CUDA settings only where CUDA is available (oneDNN's on any CPU),
+    version-bound ones only on those torch versions, dependent ones only while
+    the setting they depend on is at its safe value."""
+    if setting.key not in settings or not setting.is_risky(settings[setting.key]):
+        return False
+    matters = setting.matters
+    if matters.devices is not None and "cpu" not in matters.devices and not settings.get("torch.cuda.is_available"):
+        return False
+    if matters.torch is not None:
+        version = settings.get("torch.version")
+        if not version or not version_in_range(version, matters.torch):
+            return False
+    if matters.requires is not None:
+        required = backend_settings()[matters.requires]
+        return settings.get(required.key) == required.safe
+    return True
 
 
 def environment_variables() -> dict[str, str | None]:

@@ -14,9 +14,9 @@ import importlib
 import os
 import sys
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
-from detaudit.knowledge.backend_settings import Setting, Spelling
+from detaudit.knowledge.backend_settings import Setting, Spelling, backend_settings
 
 #: How torch's environment variables spell a boolean (TORCHINDUCTOR_*=1).
 ENVIRONMENT_TRUE = "1"
@@ -86,6 +86,21 @@ def access(torch: Any, setting: Setting) -> Access | None:
                 lambda value: setattr(owner, attribute, value),
             )
     return None
+
+
+def write_settings(torch: Any, values: Mapping[str, Any]) -> list[str]:
+    """Set settings of the table, by id, to ``values`` (as the table spells
+    them: ``True``, ``":4096:8"``) in this process, in the order given.
+    Returns the ids this torch has no writable spelling for (left alone)."""
+    table = backend_settings()
+    missing = []
+    for setting_id, value in values.items():
+        found = access(torch, table[setting_id])
+        if found is None:
+            missing.append(setting_id)
+        else:
+            found.write(environment_value(value) if found.spelling.environment is not None else value)
+    return missing
 
 
 def exists(torch: Any, setting: Setting) -> bool:

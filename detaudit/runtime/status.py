@@ -12,9 +12,8 @@ import sys
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from detaudit.knowledge.backend_settings import Setting, backend_settings
-from detaudit.knowledge.ops import version_in_range
-from detaudit.runtime.environment import fingerprint
+from detaudit.knowledge.backend_settings import backend_settings
+from detaudit.runtime.environment import fingerprint, risky_here
 from detaudit.runtime.seeding import describe_hash_seed, last_seed
 
 ENABLE = "detaudit.enable_determinism()"
@@ -81,7 +80,7 @@ def diagnose(settings: dict[str, Any]) -> list[Issue]:
     issues = [
         Issue(setting.key, setting.hazard.problem.format(value=settings.get(setting.key)), setting.hazard.fix or ENABLE)
         for setting in backend_settings().settings
-        if setting.reports and _risky_here(setting, settings)
+        if setting.reports and risky_here(setting, settings)
     ]
     hash_problem = describe_hash_seed(
         settings.get("env.PYTHONHASHSEED"), settings.get("python.hash_randomization", True)
@@ -96,26 +95,6 @@ def diagnose(settings: dict[str, Any]) -> list[Issue]:
             "detaudit.seed_everything(SEED)",
         ))
     return issues
-
-
-def _risky_here(setting: Setting, settings: dict[str, Any]) -> bool:
-    """The setting was read, has a risky value, and that value matters in this
-    process: CUDA settings only where CUDA is available (oneDNN's on any CPU),
-    version-bound ones only on those torch versions, dependent ones only while
-    the setting they depend on is at its safe value."""
-    if setting.key not in settings or not setting.is_risky(settings[setting.key]):
-        return False
-    matters = setting.matters
-    if matters.devices is not None and "cpu" not in matters.devices and not settings.get("torch.cuda.is_available"):
-        return False
-    if matters.torch is not None:
-        version = settings.get("torch.version")
-        if not version or not version_in_range(version, matters.torch):
-            return False
-    if matters.requires is not None:
-        required = backend_settings()[matters.requires]
-        return settings.get(required.key) == required.safe
-    return True
 
 
 def _seeds() -> dict[str, Any]:

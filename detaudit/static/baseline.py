@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Sequence
 
 from detaudit.findings import Finding
+from detaudit.static.sources import split_lines
 
 _EXISTING = re.compile(r"#\s*detaudit:\s*ignore\[(?P<rules>[^\]]*)\]")
 
@@ -32,8 +33,9 @@ def add_ignores(findings: Sequence[Finding], paths: dict[str, Path]) -> tuple[in
     added = 0
     for shown, codes_by_line in by_file.items():
         path = paths[shown]
-        original = path.read_text(encoding="utf-8")
-        lines = original.splitlines(keepends=True)
+        with open(path, encoding="utf-8", newline="") as stream:  # newlines as they are: CRLF stays CRLF
+            original = stream.read()
+        lines = split_lines(original, keepends=True)
         changed = 0
         for number, codes in codes_by_line.items():
             line = lines[number - 1]

@@ -6,6 +6,10 @@ files its result depends on (helpers it imports), are unchanged.  Results hold
 the findings of every rule (suppression comments are part of the content, so
 they are applied before caching); rule selection is applied after the cache,
 so changing ``--select`` never needs a re-parse.
+
+The cache is only ever a shortcut: an entry that is not exactly what this
+build writes (hand-edited, truncated, from a buggy build) is recomputed and
+overwritten, never an error.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from pathlib import Path
 
 from detaudit import __version__
 from detaudit.findings import Finding, Severity
+from detaudit.knowledge.layers import layer_table_stamps
 from detaudit.static.engine import FileResult
 
 CACHE_DIRECTORY = ".detaudit_cache"
@@ -35,6 +40,7 @@ def _engine_fingerprint() -> str:
         if "static" in path.parts or "knowledge" in path.parts:
             stat = path.stat()
             stamps.append(f"{path.name}:{stat.st_size}:{stat.st_mtime_ns}")
+    stamps += layer_table_stamps()  # tables outside the package that findings read
     return content_hash("\n".join(stamps).encode())
 
 
@@ -45,21 +51,31 @@ class ResultCache:
         self._entries: dict[str, dict] = {}
         self._dirty = False
         try:
-            self._entries = json.loads(self.file.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            self._entries = {}
+            entries = json.loads(self.file.read_text(encoding="utf-8"))
+        except (OSError, ValueError, RecursionError):
+            entries = {}
+        self._entries = entries if isinstance(entries, dict) else {}
 
     def get(self, path: Path, display_path: str, digest: str) -> FileResult | None:
+        """The cached result, or None when there is none, it is stale, or it is malformed."""
         entry = self._entries.get(str(path))
-        if entry is None or entry["hash"] != digest or entry["result"]["path"] != display_path:
-            return None
-        for dependency, dependency_hash in entry["dependencies"].items():
-            try:
-                if content_hash(Path(dependency).read_bytes()) != dependency_hash:
-                    return None
-            except OSError:
+        try:
+            if entry["hash"] != digest or entry["result"]["path"] != display_path:
                 return None
-        return _result_from_json(entry["result"])
+            dependencies = entry["dependencies"]
+            if not isinstance(dependencies, dict):
+                return None
+            for dependency, dependency_hash in dependencies.items():
+                try:
+                    if content_hash(Path(dependency).read_bytes()) != dependency_hash:
+                        return None
+                except OSError:
+                    return None
+            result = _result_from_json(entry["result"])
+        except (KeyError, TypeError, ValueError, AttributeError, _Malformed):
+            return None
+        result.dependencies = dict(dependencies)
+        return result
 
     def put(self, path: Path, digest: str, result: FileResult) -> None:
         self._entries[str(path)] = {
@@ -88,15 +104,33 @@ class ResultCache:
             pass
 
 
+class _Malformed(Exception):
+    """A cache entry that does not have the shape this build writes."""
+
+
 def _finding_to_json(finding: Finding) -> dict:
     data = finding.to_dict()
     data["suppressed_reason"] = finding.suppressed_reason
     return data
 
 
-def _finding_from_json(data: dict) -> Finding:
+#: Finding field -> the JSON types a valid entry holds for it
+_FINDING_FIELDS: dict[str, tuple[type, ...]] = {
+    "code": (str,), "name": (str,), "severity": (str,), "message": (str,), "path": (str,),
+    "line": (int,), "column": (int,), "end_line": (int,), "end_column": (int,), "fix_hint": (str,),
+    "cell": (int, type(None)), "details": (dict,), "suppressed_reason": (str, type(None)),
+}
+_REQUIRED_FINDING_FIELDS = {"code", "name", "severity", "message", "path"}
+
+
+def _finding_from_json(data: object) -> Finding:
+    if not isinstance(data, dict) or not _REQUIRED_FINDING_FIELDS <= data.keys() <= _FINDING_FIELDS.keys():
+        raise _Malformed
+    for key, value in data.items():
+        if not isinstance(value, _FINDING_FIELDS[key]) or isinstance(value, bool):
+            raise _Malformed
     data = dict(data)
-    data["severity"] = Severity.parse(data["severity"])
+    data["severity"] = Severity.parse(data["severity"])  # ValueError for an unknown one
     return Finding(**data)
 
 
@@ -110,7 +144,12 @@ def _result_to_json(result: FileResult) -> dict:
     }
 
 
-def _result_from_json(data: dict) -> FileResult:
+def _result_from_json(data: object) -> FileResult:
+    if not isinstance(data, dict) or not isinstance(data["path"], str) or not isinstance(data["parsed"], bool):
+        raise _Malformed
+    lists = [data["findings"], data["suppressed"], data["messages"]]
+    if not all(isinstance(value, list) for value in lists) or not all(isinstance(m, str) for m in data["messages"]):
+        raise _Malformed
     return FileResult(
         path=data["path"],
         findings=[_finding_from_json(f) for f in data["findings"]],

@@ -1,4 +1,10 @@
-"""A whole ``detaudit check`` run: discovery, cache, parallel checking, filtering."""
+"""A whole ``detaudit check`` run: discovery, cache, parallel checking, filtering.
+
+Problems that are not findings are kept apart by what they mean for the run:
+``messages`` are notes, ``warnings`` say what was skipped (a directory that
+cannot be read), ``errors`` make the run exit 2 after reporting everything
+else (a path that does not exist, an internal error while checking a file).
+"""
 
 from __future__ import annotations
 
@@ -26,6 +32,8 @@ class CheckRun:
     messages: list[str]
     elapsed: float
     paths: dict[str, Path] = field(default_factory=dict)  # display path -> file
+    warnings: list[str] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
 
     @property
     def files_checked(self) -> int:
@@ -37,29 +45,34 @@ def run_check(
 ) -> CheckRun:
     started = time.perf_counter()
     root = config.root or Path.cwd()
-    files = list(dict.fromkeys(discover(paths, config.exclude, root)))
+    errors = [f"no such file or directory: {path}" for path in paths if not os.path.exists(path)]
+    warnings: list[str] = []
+    existing = [path for path in paths if os.path.exists(path)]
+    files = list(dict.fromkeys(discover(existing, config.exclude, root, warnings)))
     cache = ResultCache(project_root_of(files[0] if files else root)) if use_cache else None
 
     results: dict[Path, FileResult] = {}
-    pending: list[tuple[Path, str, Path, str]] = []  # file, display path, project root, content hash
+    pending: list[tuple[Path, str, Path, float]] = []  # file, display path, project root, time budget
+    content_hash_of: dict[Path, str] = {}
     for path in files:
         shown = display_path(path)
         try:
             data = path.read_bytes()
         except OSError:
-            results[path] = check_file(path, shown, path.parent)  # reports the read error
+            results[path] = check_file(path, shown, path.parent, budget=config.file_time_budget)  # reports the read error
             continue
-        digest = content_hash(data)
+        digest = content_hash_of[path] = content_hash(data)
         cached = cache.get(path.resolve(), shown, digest) if cache is not None else None
         if cached is not None:
             results[path] = cached
         else:
-            pending.append((path, shown, project_root_of(path), digest))
+            pending.append((path, shown, project_root_of(path), config.file_time_budget))
 
-    for (path, _, _, digest), result in zip(pending, _check_all(pending, jobs)):
+    for (path, *_), result in zip(pending, _check_all(pending, jobs)):
         results[path] = result
-        if cache is not None:
-            cache.put(path.resolve(), digest, result)
+        # a result with a gap (internal error, over a limit) is checked again next time
+        if cache is not None and result.complete and not result.internal_errors:
+            cache.put(path.resolve(), content_hash_of[path], result)
     if cache is not None:
         cache.save()
 
@@ -70,6 +83,7 @@ def run_check(
         reported = filter_findings(reported, selection.codes, config)
         suppressed = filter_findings(suppressed, selection.codes, config)
     messages = [m for r in ordered for m in r.messages]
+    errors += [e for r in ordered for e in r.internal_errors]
     return CheckRun(
         results=ordered,
         findings=sorted(reported, key=Finding.sort_key),
@@ -77,12 +91,14 @@ def run_check(
         messages=messages,
         elapsed=time.perf_counter() - started,
         paths={display_path(path): path for path in files},
+        warnings=warnings,
+        errors=errors,
     )
 
 
-def _check_one(job: tuple[Path, str, Path, str]) -> FileResult:
-    path, shown, project_root, _ = job
-    return check_file(path, shown, project_root)
+def _check_one(job: tuple[Path, str, Path, float]) -> FileResult:
+    path, shown, project_root, budget = job
+    return check_file(path, shown, project_root, budget=budget)
 
 
 def _check_all(pending: list, jobs: int | None) -> list[FileResult]:

@@ -1,10 +1,15 @@
-"""Which files a check covers: walking directories like ruff and pytest users expect."""
+"""Which files a check covers: walking directories like ruff and pytest users expect.
+
+A directory that cannot be read is skipped with a one-line warning; the walk
+goes on.  (``os.path``'s tests are used instead of ``Path.is_file()``: they
+answer False for a path they may not look at, where ``Path``'s raise.)"""
 
 from __future__ import annotations
 
 import fnmatch
 import functools
 import os
+import stat
 from pathlib import Path
 from typing import Iterator
 
@@ -26,7 +31,7 @@ class GitignoreRules:
 
     def extended(self, directory: Path) -> "GitignoreRules":
         gitignore = directory / ".gitignore"
-        if not gitignore.is_file():
+        if not os.path.isfile(gitignore):
             return self
         extended = GitignoreRules()
         extended._rules = list(self._rules)
@@ -65,12 +70,16 @@ class GitignoreRules:
 
 
 def _is_virtualenv(directory: Path) -> bool:
-    return (directory / "pyvenv.cfg").is_file()
+    return os.path.isfile(directory / "pyvenv.cfg")
 
 
-def discover(paths: list[Path], exclude: list[str], root: Path | None) -> Iterator[Path]:
-    """Files to check under ``paths``, in a stable order.  A file named explicitly is
-    always checked (as pre-commit passes them), whatever its suffix or ignores."""
+def discover(
+    paths: list[Path], exclude: list[str], root: Path | None, warnings: list[str] | None = None
+) -> Iterator[Path]:
+    """Files to check under ``paths`` (which exist), in a stable order.  A file named
+    explicitly is always checked (as pre-commit passes them), whatever its suffix or
+    ignores.  What is skipped for being unreadable is said in ``warnings``."""
+    warnings = warnings if warnings is not None else []
     from detaudit.static.config import path_matches
 
     def excluded(path: Path) -> bool:
@@ -80,25 +89,36 @@ def discover(paths: list[Path], exclude: list[str], root: Path | None) -> Iterat
         return any(path_matches(shown, pattern) for pattern in exclude)
 
     for given in paths:
-        if given.is_file():
-            if not excluded(given):
-                yield given
-            continue
-        yield from _walk(given, GitignoreRules(), excluded)
+        try:
+            mode = os.stat(given).st_mode
+        except OSError:
+            mode = stat.S_IFREG  # cannot even be looked at: checking it reports why
+        if stat.S_ISDIR(mode):
+            yield from _walk(given, GitignoreRules(), excluded, warnings)
+        elif not stat.S_ISREG(mode):
+            warnings.append(f"{display_path(given)} is not a regular file; skipped")  # a FIFO would block the read
+        elif not excluded(given):
+            yield given
 
 
-def _walk(directory: Path, ignores: GitignoreRules, excluded) -> Iterator[Path]:
+def _walk(directory: Path, ignores: GitignoreRules, excluded, warnings: list[str]) -> Iterator[Path]:
     ignores = ignores.extended(directory)
     try:
-        entries = sorted(os.scandir(directory), key=lambda e: e.name)
-    except OSError:
+        with os.scandir(directory) as listing:
+            entries = sorted(listing, key=lambda e: e.name)
+    except OSError as error:
+        warnings.append(f"cannot read directory {display_path(directory)}: {error.strerror or error}; skipped")
         return
     for entry in entries:
         path = Path(entry.path)
-        if entry.is_dir(follow_symlinks=False):
+        try:
+            is_directory = entry.is_dir(follow_symlinks=False)
+        except OSError:
+            is_directory = False
+        if is_directory:
             if entry.name in SKIPPED_DIRECTORIES or _is_virtualenv(path) or ignores.ignores(path, True) or excluded(path):
                 continue
-            yield from _walk(path, ignores, excluded)
+            yield from _walk(path, ignores, excluded, warnings)
         elif entry.name.endswith(CHECKED_SUFFIXES) and not ignores.ignores(path, False) and not excluded(path):
             yield path
 
@@ -114,13 +134,13 @@ def display_path(path: Path) -> str:
 def project_root_of(path: Path) -> Path:
     """The nearest ancestor that looks like a project root (pyproject.toml, setup.py,
     setup.cfg or .git), else the file's directory."""
-    directory = path.parent if path.is_file() or not path.exists() else path
+    directory = path if os.path.isdir(path) else path.parent
     return _project_root_of_directory(directory.resolve())
 
 
 @functools.lru_cache(maxsize=None)
 def _project_root_of_directory(directory: Path) -> Path:
     for candidate in (directory, *directory.parents):
-        if any((candidate / marker).exists() for marker in ("pyproject.toml", "setup.py", "setup.cfg", ".git")):
+        if any(os.path.exists(candidate / marker) for marker in ("pyproject.toml", "setup.py", "setup.cfg", ".git")):
             return candidate
     return directory

@@ -1,8 +1,10 @@
-"""Edits a rule attaches to a finding so that ``detaudit check --fix`` can apply it.
+"""Edit primitives: what a rule attaches to a finding so that ``detaudit check --fix`` can apply it.
 
 An edit names nodes of the checked module; ``detaudit.static.fix`` applies the
 edits of all fixed findings in one libcst transform, so formatting and comments
-outside the edited nodes stay byte-for-byte as they were.
+outside the edited nodes stay byte-for-byte as they were.  The fix for a
+hazard (what to seed, where, with which call) is written next to the rule
+that reports it, from these primitives.
 
 A rule passes one edit, or a tuple of edits that stand or fall together, as
 ``self.report(node, message, fix=...)``.  Edits that need a module imported
@@ -12,16 +14,11 @@ imports unless the file already binds that name.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Sequence, Union
+from typing import Sequence, Union
 
 import libcst as cst
-
-from detaudit.static.names import NameTable
-
-if TYPE_CHECKING:
-    from detaudit.static.facts import CallFact
-    from detaudit.static.rule import Rule
 
 
 @dataclass(frozen=True)
@@ -31,12 +28,18 @@ class Replace:
     ``safe`` fixes keep the author's intent (turn a hazard off that was turned
     on by a literal); unsafe ones change behaviour a reader may rely on (a
     command-line flag's default) and are applied only with ``--unsafe-fixes``.
+
+    ``stale_comment``: words (lower case) that, in the comment ending the line
+    of the statement holding ``old``, show the comment describes what the edit
+    undoes (``allow_tf32 = True  # allow tf32 on matmul``): that comment is
+    dropped with the fix, since it would be wrong next to the new value.
     """
 
     old: cst.CSTNode
     new: cst.CSTNode
     safe: bool = True
     imports: tuple[str, ...] = ()
+    stale_comment: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True)
@@ -65,6 +68,26 @@ def edits_of(fix: Edit | Sequence[Edit] | None) -> tuple[Edit, ...]:
     if isinstance(fix, (Replace, InsertStatement)):
         return (fix,)
     return tuple(fix)
+
+
+def comment_words(text: str) -> frozenset[str]:
+    """The lower-case words of a comment or a dotted name (``allow_tf32`` is
+    ``allow`` and ``tf32``), to match ``Replace.stale_comment`` against."""
+    return frozenset(re.findall(r"[a-z0-9]+", text.lower()))
+
+
+#: Why code turns a reproducibility hazard on; a comment giving that reason is
+#: wrong once the fix turns it off.
+_SPEED_WORDS = frozenset({"fast", "faster", "fastest", "speed", "speedup", "speeds", "perf", "performance", "throughput"})
+
+
+def setting_comment_words(setting: str, old_value: str) -> frozenset[str]:
+    """``Replace.stale_comment`` of a fix that changes the setting ``setting``
+    (a dotted name) away from ``old_value`` (as code): a comment naming the
+    setting (``# allow tf32 on matmul``), its old value or the speed it was
+    for is wrong once the fix changes it.  (Words of the module path, such as
+    ``torch`` or ``backends``, name no setting and are left out.)"""
+    return comment_words(setting.rpartition(".")[2]) | comment_words(old_value) | _SPEED_WORDS
 
 
 def same_quotes_string(original: cst.BaseExpression, value: str) -> cst.SimpleString:
@@ -172,193 +195,3 @@ def is_import_line(statement: cst.CSTNode) -> bool:
     return isinstance(statement, cst.SimpleStatementLine) and all(
         isinstance(small, (cst.Import, cst.ImportFrom)) for small in statement.body
     )
-
-
-# -- ready-made fixes the rules share ---------------------------------------------------
-#
-# Seeding and determinism calls go at module level, right after the imports and
-# before the code that needs them: they then run once per process, never once per
-# call of a function that builds a model.
-
-
-def seeding_fix(rule: "Rule", before: "CallFact", rngs: frozenset[str], *, safe: bool = True) -> InsertStatement:
-    """Seed ``rngs`` before ``before`` runs, right after the imports: with a
-    seed-everything helper of a library the file imports, else right after the
-    file's own seeding helper (defined above that point), else with
-    ``detaudit.seed_everything(0)``."""
-    from detaudit.knowledge.apis import FIX_DEFAULT_SEED
-
-    module = rule.context.module
-    use_index = before.scope.top_level_index
-    anchor, before_anchor = setup_position(module, use_index)
-    insertion_index = _index_of(module, anchor) + (0 if before_anchor else 1)
-    if _library_seeding_call(module, insertion_index) is None:
-        helper = _own_seeding_helper(rule, rngs, use_index)
-        if helper is not None:
-            index, name = helper
-            if index >= insertion_index:
-                anchor, before_anchor = module.body[index], False
-            return InsertStatement(anchor, f"{name}({FIX_DEFAULT_SEED})", before=before_anchor, safe=safe)
-    code, imports = seeding_call(rule, rngs, insertion_index)
-    return InsertStatement(anchor, code, before=before_anchor, imports=imports, safe=safe)
-
-
-def seed_by_default_fix(rule: "Rule", condition: cst.If, seeding: "CallFact", rngs: frozenset[str]) -> Replace | None:
-    """Give ``condition`` (an ``if`` that keeps the call ``seeding`` off by
-    default) an ``else`` that seeds ``rngs`` with the default seed.  Unsafe: a
-    flag's default decided, and default runs change from unseeded to seeded."""
-    if condition.orelse is not None:
-        return None
-    code, imports = seeding_call(rule, rngs, seeding.scope.top_level_index)
-    seeded_otherwise = cst.Else(body=cst.IndentedBlock(body=[cst.parse_statement(code)]))
-    return Replace(condition, condition.with_changes(orelse=seeded_otherwise), safe=False, imports=imports)
-
-
-def seeding_call(rule: "Rule", rngs: frozenset[str], available_before: int) -> tuple[str, tuple[str, ...]]:
-    """(code, imports) of a call seeding ``rngs`` that can run before the
-    module-level statement ``available_before``: a library's seed-everything
-    helper the file imports, the file's own seeding helper, else detaudit's."""
-    from detaudit.knowledge.apis import FIX_DEFAULT_SEED, FIX_MODULE, FIX_SEEDING_CALL
-
-    library = _library_seeding_call(rule.context.module, available_before)
-    if library is not None:
-        return f"{library}({FIX_DEFAULT_SEED})", ()
-    helper = _own_seeding_helper(rule, rngs, available_before)
-    if helper is not None:
-        return f"{helper[1]}({FIX_DEFAULT_SEED})", ()
-    return f"{FIX_SEEDING_CALL}({FIX_DEFAULT_SEED})", (FIX_MODULE,)
-
-
-def _library_seeding_call(module: cst.Module, available_before: int) -> str | None:
-    """How the file spells a library's seed-everything helper (``L.seed_everything``)
-    with the names its module-level imports above ``available_before`` bind."""
-    from detaudit.knowledge.apis import RNGS, SEEDING_FUNCTIONS
-
-    imported = NameTable()
-    for statement in module.body[:available_before]:
-        if is_import_line(statement):
-            for small in statement.body:
-                imported.add_import(small)
-    for function, seeded in SEEDING_FUNCTIONS.items():
-        if seeded != frozenset(RNGS):
-            continue  # seed-everything helpers only, not torch.manual_seed and the like
-        for local, qualified in imported.bindings().items():
-            if function == qualified or function.startswith(qualified + "."):
-                return f"{local}{function[len(qualified):]}"
-    return None
-
-
-def _own_seeding_helper(rule: "Rule", rngs: frozenset[str], defined_before: int) -> tuple[int, str] | None:
-    """(index, name) of a module-level function defined above ``defined_before``
-    that seeds ``rngs`` from its one required argument."""
-    from detaudit.static.project import ModuleSummary
-
-    module = rule.context.module
-    summary = None
-    for index, statement in enumerate(module.body[:defined_before]):
-        if not (isinstance(statement, cst.FunctionDef) and _takes_one_seed(statement)):
-            continue
-        summary = summary or ModuleSummary(rule.facts, rule.context.path, None, rule.context.project)
-        if rngs <= summary.function_effects(statement.name.value).seeds:
-            return index, statement.name.value
-    return None
-
-
-def _takes_one_seed(function: cst.FunctionDef) -> bool:
-    parameters = function.params
-    required = [p for p in parameters.params if p.default is None]
-    return len(parameters.posonly_params) == 0 and len(required) == 1 and parameters.params[0].default is None
-
-
-def determinism_fix(rule: "Rule", before: "CallFact") -> InsertStatement:
-    """``detaudit.enable_determinism()`` right after the file's first seeding
-    call that runs before ``before`` (in the same block), else after the imports.
-
-    Unsafe: in strict mode a nondeterministic op without a deterministic
-    implementation then raises, which changes what the program does."""
-    from detaudit.knowledge.apis import FIX_DETERMINISM_CALL, FIX_MODULE
-    from detaudit.static.project import ModuleSummary
-
-    code, imports = f"{FIX_DETERMINISM_CALL}()", (FIX_MODULE,)
-    facts = rule.facts
-    summary = ModuleSummary(facts, rule.context.path, None, rule.context.project)
-    for call in facts.calls:
-        if call.order >= before.order:
-            break
-        if call.scope.function not in (None, before.scope.function) or not call.scope.straight_line:
-            continue
-        statement = statement_holding(rule, call)
-        if statement is not None and summary.call_effects(call).seeds:
-            return InsertStatement(statement, code, imports=imports, safe=False)
-    return insert_before_first_use(rule.context.module, before.scope.top_level_index, code, imports=imports, safe=False)
-
-
-def statement_holding(rule: "Rule", call: "CallFact") -> cst.SimpleStatementLine | None:
-    """The statement that is ``call`` (``f(x)`` or ``y = f(x)``) in the block of
-    its function, the module or the main guard; None when it is nested deeper."""
-    if call.scope.function is not None:
-        function = rule.facts.functions.get(call.scope.function)
-        blocks = [function.body.body] if function is not None and isinstance(function.body, cst.IndentedBlock) else []
-    else:
-        module = rule.context.module
-        top = module.body[call.scope.top_level_index] if call.scope.top_level_index < len(module.body) else None
-        blocks = [[top]] if top is not None else []
-        if isinstance(top, cst.If) and isinstance(top.body, cst.IndentedBlock):
-            blocks.append(top.body.body)  # the main guard
-    for block in blocks:
-        for statement in block:
-            if isinstance(statement, cst.SimpleStatementLine) and any(
-                getattr(small, "value", None) is call.node for small in statement.body
-            ):
-                return statement
-    return None
-
-
-def _index_of(module: cst.Module, statement: cst.CSTNode) -> int:
-    return next(i for i, s in enumerate(module.body) if s is statement)
-
-
-
-def seeded_loader_fix(
-    call: "CallFact", generator_parameter: tuple[str, int], worker_init_parameter: tuple[str, int] | None = None
-) -> Replace | None:
-    """Give a shuffling ``DataLoader`` / ``random_split`` call a seeded
-    ``generator=detaudit.make_generator(0)`` (and, for a DataLoader without one,
-    ``worker_init_fn=detaudit.seed_worker``).  Parameters are (keyword, position)."""
-    from detaudit.knowledge.apis import FIX_DEFAULT_SEED, FIX_GENERATOR_FACTORY, FIX_MODULE, FIX_WORKER_INIT_FN
-
-    if call.has_star_args:
-        return None  # ``**options`` may already pass them
-    generator = cst.parse_expression(f"{FIX_GENERATOR_FACTORY}({FIX_DEFAULT_SEED})")
-    added: list[tuple[str, cst.BaseExpression]] = []
-    if worker_init_parameter is not None and call.argument(*worker_init_parameter) is None:
-        added.append((worker_init_parameter[0], cst.parse_expression(FIX_WORKER_INIT_FN)))
-    existing = call.argument(*generator_parameter)  # ``generator=None``
-    new_call = call.node
-    if existing is None:
-        added.append((generator_parameter[0], generator))
-    else:
-        new_call = new_call.with_changes(args=[arg.with_changes(value=generator) if arg is existing else arg for arg in new_call.args])
-    if added:
-        new_call = with_keyword_arguments(new_call, added)
-    return Replace(call.node, new_call, imports=(FIX_MODULE,))
-
-
-def sorted_fix(node: cst.BaseExpression, *, safe: bool = True) -> Replace | None:
-    """``sorted(node)``; None for a dict (sorting it would keep only its keys)."""
-    if isinstance(node, (cst.Dict, cst.DictComp)):
-        return None
-    return Replace(node, wrapped_in_call(node, "sorted"), safe=safe)
-
-
-def sorted_iteration_fix(node: cst.BaseExpression) -> Replace | None:
-    """Sort what ``node`` iterates over: ``enumerate(s)`` -> ``enumerate(sorted(s))``,
-    ``[f(x) for x in s]`` -> ``[f(x) for x in sorted(s)]``.  None when that is not
-    one plain argument or one ``for``."""
-    if isinstance(node, cst.Call) and len(node.args) == 1 and not node.args[0].star and node.args[0].keyword is None:
-        iterated = node.args[0].value
-    elif isinstance(node, (cst.ListComp, cst.GeneratorExp, cst.DictComp, cst.SetComp)) and node.for_in.inner_for_in is None:
-        iterated = node.for_in.iter
-    else:
-        return None
-    return Replace(iterated, wrapped_in_call(iterated, "sorted"))

@@ -23,12 +23,16 @@ from detaudit.static.names import NameTable
 class StaticValue:
     """What the linter knows about an expression's value without running it.
 
-    ``flag`` names the argparse option whose *default* produced ``value``.
+    ``flag`` names the argparse option whose *default* produced ``value``;
+    ``origin`` says where a value that came from elsewhere was found (a
+    parameter's default, a config file's line): such values are defaults a run
+    may override, so fixes of them are never safe.
     """
 
     known: bool
     value: Any = None
     flag: str | None = None
+    origin: str | None = None
 
     def is_(self, *candidates: Any) -> bool:
         return self.known and any(
@@ -44,8 +48,15 @@ class StaticValue:
     def falsy(self) -> bool:
         return self.known and not self.value
 
+    @property
+    def from_default(self) -> bool:
+        """The value is a default (of a flag, a parameter, a config) rather than written here."""
+        return self.flag is not None or self.origin is not None
+
     def describe(self) -> str:
         text = repr(self.value)
+        if self.origin:
+            return f"{text} ({self.origin})"
         return f"{text} (the default of --{self.flag.replace('_', '-')})" if self.flag else text
 
 
@@ -147,9 +158,6 @@ class FileFacts:
     simple_assignments: dict[str, list[cst.BaseExpression]] = field(default_factory=dict)
     has_main_guard: bool = False
     environment: list[EnvironmentWrite] = field(default_factory=list)
-    #: results that shared rule helpers derive from these facts, computed once per
-    #: file (e.g. "does this file enable deterministic algorithms?")
-    derived: dict[str, Any] = field(default_factory=dict)
 
     # -- queries rules use ---------------------------------------------------
 

@@ -11,10 +11,16 @@ edits point into a tree it can transform, and then
   replaces waits for the next round) until nothing fixable is left, so a
   second run changes nothing;
 - writes the file atomically (temporary file in the same directory, then
-  ``os.replace``, file mode kept) unless ``write=False`` (``--diff``).
+  ``os.replace``, mode, owner and group kept) unless ``write=False``
+  (``--diff``).  A file with other hard links, or whose owner the fixing
+  user cannot give the new file, is rewritten in place instead: that is the
+  only way to keep its links and its owner.
 
 A file that does not parse is never touched; neither is one whose fixed text
-would not compile, nor one that changed on disk while it was being fixed.
+would not compile, a read-only one, nor one that changed on disk while it
+was being fixed.  The file is locked while it is compared and replaced, so
+concurrent ``--fix`` runs fix each file once (the others find it changed) and
+each reports only what it fixed.
 Suppressed and ignored findings are not fixed.  Unsafe edits, and any edit
 inside a ``try`` block or an ``if`` that tests a version or ``hasattr`` (code
 there is often a compatibility branch), are applied only with ``unsafe=True``.
@@ -22,6 +28,8 @@ there is often a compatibility branch), are applied only with ``unsafe=True``.
 
 from __future__ import annotations
 
+import bisect
+import contextlib
 import difflib
 import io
 import os
@@ -30,15 +38,16 @@ import tempfile
 import tokenize
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Iterable, Mapping
+from typing import TYPE_CHECKING, BinaryIO, Iterable, Iterator, Mapping
 
 import libcst as cst
 
-from detaudit.findings import Finding
-from detaudit.static.edits import Edit, InsertStatement, Replace, edits_of, is_import_line
+from detaudit.findings import Finding, SuggestedFix, TextEdit
+from detaudit.static.edits import Edit, InsertStatement, Replace, comment_words, edits_of, is_import_line
 from detaudit.static.engine import FileResult, analyse_source
+from detaudit.static.fix_code import DEFAULT_FIX_STYLE
 from detaudit.static.rule import Rule, RuleHit
-from detaudit.static.sources import UnreadableSource, decode_python
+from detaudit.static.sources import UnreadableSource, decode_python, python_parse_error, split_lines
 
 if TYPE_CHECKING:
     from detaudit.static.config import Config
@@ -57,6 +66,32 @@ class FixOutcome:
     changed: list[str] = field(default_factory=list)  # display paths rewritten (with write=False: that would be)
 
 
+@dataclass(frozen=True)
+class FixedSource:
+    text: str  # the fixed code (the original when nothing was fixed or on error)
+    fixed: int  # findings the fixes removed
+    error: str | None  # one line, when the fixes stopped
+
+
+def fix_source(
+    text: str,
+    path: Path | str = "<snippet>.py",
+    *,
+    rules: Iterable[type[Rule]] | None = None,
+    unsafe: bool = False,
+    fix_style: str = DEFAULT_FIX_STYLE,
+) -> FixedSource:
+    """Fix Python ``text`` as ``--fix`` would fix the file ``path``, without
+    touching any file (used by tests and the fuzzer)."""
+    from detaudit.static.rule import all_rules
+
+    selected = list(rules) if rules is not None else all_rules()
+    reported = _Reported({rule.code for rule in selected}, None)
+    fixer = _FileFixer(Path(path), str(path), selected, reported, unsafe, fix_style)
+    fixed_text = fixer.fixed_text(text)
+    return FixedSource(fixed_text, fixer.fixed if fixer.error is None else 0, fixer.error)
+
+
 def apply_fixes(
     results: Iterable[FileResult],
     *,
@@ -70,12 +105,14 @@ def apply_fixes(
 
     ``paths`` maps the results' display paths to their files (default: the
     display path is the file); ``rules`` are the selected rules (default: all);
-    with ``config`` its per-file ignores are honoured as the check honoured them.
+    with ``config`` its per-file ignores are honoured as the check honoured them,
+    and its fix style used.
     """
     from detaudit.static.rule import all_rules
 
     selected = list(rules) if rules is not None else all_rules()
     reported = _Reported({rule.code for rule in selected}, config)
+    fix_style = config.fix_style if config is not None else DEFAULT_FIX_STYLE
     outcome = FixOutcome()
     for result in results:
         current = reported(result.findings)
@@ -83,7 +120,7 @@ def apply_fixes(
             outcome.remaining += len(current)
             continue
         path = Path(paths[result.path]) if paths is not None and result.path in paths else Path(result.path)
-        fixer = _FileFixer(path, result.path, selected, reported, unsafe)
+        fixer = _FileFixer(path, result.path, selected, reported, unsafe, fix_style)
         fixer.run(write=write)
         if fixer.error is not None:
             outcome.errors.append(f"{result.path}: {fixer.error}")
@@ -115,8 +152,11 @@ class _Reported:
 class _FileFixer:
     """Fixes one file: read, rounds of check-and-fix, diff, atomic write."""
 
-    def __init__(self, path: Path, display_path: str, rules: list, reported: _Reported, unsafe: bool) -> None:
+    def __init__(
+        self, path: Path, display_path: str, rules: list, reported: _Reported, unsafe: bool, fix_style: str = DEFAULT_FIX_STYLE
+    ) -> None:
         self.path = path
+        self.fix_style = fix_style
         self.display_path = display_path
         self.rules = rules
         self.reported = reported
@@ -139,27 +179,46 @@ class _FileFixer:
         except UnreadableSource as error:
             self.error = str(error)
             return
-        fixed_text = self._fix(original)
-        if self.error is not None or fixed_text == original:
-            return
-        if _compiles(original) and not _compiles(fixed_text):
-            self.error = "the fixed code would not compile (a detaudit bug: please report it); file left unchanged"
+        fixed_text = self.fixed_text(original)
+        if fixed_text == original:
             return
         self.diff = unified_diff(original, fixed_text, self.display_path)
         if write:
             self._write(data, fixed_text.encode(_encoding_of(data)))
+
+    def fixed_text(self, original: str) -> str:
+        """``original`` with every applicable fix applied; ``original`` itself when
+        there is none, or when something went wrong (``self.error`` says what)."""
+        fixed_text = _with_final_newline_of(original, self._fix(original))
+        if self.error is not None:
+            return original
+        if fixed_text != original and _compiles(original) and not _compiles(fixed_text):
+            self.error = "the fixed code would not compile (a detaudit bug: please report it); file left unchanged"
+            return original
+        return fixed_text
 
     def _fix(self, text: str) -> str:
         """Rounds of check-and-fix until no applicable edit is left."""
         before: int | None = None
         for round_number in range(MAX_ROUNDS + 1):
             result, context = self._check(text)
+            if result.internal_errors:
+                self.error = f"not fixed: {result.internal_errors[0].split(': ', 1)[1]}"
+                return text
+            if not result.complete:
+                self.error = "not fixed: part of it was not analysed (see its parse-error finding)"
+                return text
             if not result.parsed or context is None:
                 self.error = (
                     "does not parse; not fixed"
                     if before is None
                     else "a fix produced code that does not parse (a detaudit bug: please report it); file left unchanged"
                 )
+                return text
+            if before is None and _with_final_newline_of(text, context.module.code) != text:
+                # every fix is written as libcst's code for the file: it must be the file
+                # (but for the final CR libcst drops, which the result gets back)
+                self.error = "libcst does not reproduce this file exactly (a libcst limitation); not fixed"
                 return text
             # per-file ignores match the display path, as in the check
             findings = self.reported([replace(f, path=self.display_path) for f in result.findings])
@@ -177,10 +236,35 @@ class _FileFixer:
         self.fixed = max(0, before - self.remaining)
         return text
 
+    def suggested_fixes(self) -> dict[tuple[str, int, int], SuggestedFix]:
+        """(code, line, column) of each reported finding that has a safe fix ->
+        that fix alone, as edits of the file's text."""
+        try:
+            original = decode_python(self.path.read_bytes())
+        except (OSError, UnreadableSource):
+            return {}
+        result, context = self._check(original)
+        if result.internal_errors or not result.complete or context is None or context.module.code != original:
+            return {}
+        findings = self.reported([replace(f, path=self.display_path) for f in result.findings])
+        bindings = context.facts.names.bindings()
+        positions = cst.MetadataWrapper(context.module, unsafe_skip_copy=True).resolve(cst.metadata.PositionProvider)
+        fixes = {}
+        for hit in self._fixable_hits(result, findings, context):
+            fixed = apply_edits(context.module, [hit], bindings)
+            if fixed == original or not _compiles(fixed):
+                continue
+            start = positions[hit.node].start
+            description = f"{hit.rule.code} {hit.rule.name}: the fix `detaudit check --fix` applies"
+            fixes[(hit.rule.code, start.line, start.column + 1)] = SuggestedFix(description, text_edits(original, fixed))
+        return fixes
+
     def _check(self, text: str) -> tuple[FileResult, "FileContext | None"]:
         from detaudit.static.discovery import project_root_of
 
-        return analyse_source(text, self.path, rules=self.rules, project_root=project_root_of(self.path))
+        return analyse_source(
+            text, self.path, rules=self.rules, project_root=project_root_of(self.path), fix_style=self.fix_style
+        )
 
     @staticmethod
     def _fixable_hits(result: FileResult, findings: list[Finding], context: "FileContext") -> list[RuleHit]:
@@ -198,25 +282,150 @@ class _FileFixer:
     def _write(self, original_data: bytes, new_data: bytes) -> None:
         target = Path(os.path.realpath(self.path))  # through a symlink: the link stays a link
         try:
-            if target.read_bytes() != original_data:
-                self.error = "changed on disk while being fixed; left alone"
-                self.diff = ""
-                return
-            mode = stat.S_IMODE(target.stat().st_mode)
-            handle, temporary = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".detaudit-fix")
-            try:
-                with os.fdopen(handle, "wb") as stream:
-                    stream.write(new_data)
-                    stream.flush()
-                    os.fsync(stream.fileno())
-                os.chmod(temporary, mode)
-                os.replace(temporary, target)
-            except BaseException:
-                os.unlink(temporary)
-                raise
+            with _locked(target) as (current, status):
+                if current.read() != original_data:
+                    self.error = "changed on disk while being fixed; left alone"
+                elif not status.st_mode & 0o222 or not os.access(target, os.W_OK):
+                    self.error = "read-only; not fixed (make it writable to fix it)"
+                elif status.st_nlink > 1 or not _replace(target, new_data, status):
+                    _rewrite_in_place(target, new_data)
         except OSError as error:
             self.error = f"cannot write the fix: {error.strerror or error}; file left unchanged"
+        if self.error is not None:
             self.diff = ""
+
+
+@contextlib.contextmanager
+def _locked(path: Path) -> Iterator[tuple[BinaryIO, os.stat_result]]:
+    """``path`` opened for reading and locked against other detaudit runs, with its
+    status.  A run that waited for the lock while another replaced the file
+    opens the new file (the lock it got was the old file's)."""
+    try:
+        import fcntl
+    except ImportError:  # Windows: no advisory locks; the content comparison still guards
+        fcntl = None
+    while True:
+        with open(path, "rb") as stream:
+            if fcntl is not None:
+                fcntl.flock(stream.fileno(), fcntl.LOCK_EX)
+            status = os.fstat(stream.fileno())
+            now = os.stat(path)
+            if (now.st_dev, now.st_ino) == (status.st_dev, status.st_ino):
+                yield stream, status
+                return
+
+
+def _replace(target: Path, data: bytes, status: os.stat_result) -> bool:
+    """Atomically replace ``target`` by a new file with ``data`` and its mode,
+    owner and group; False (and nothing changed) when the new file cannot be
+    given that owner and group."""
+    handle, temporary = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".detaudit-fix")
+    try:
+        with os.fdopen(handle, "wb") as stream:
+            stream.write(data)
+            stream.flush()
+            os.fsync(stream.fileno())
+        os.chmod(temporary, stat.S_IMODE(status.st_mode))
+        created = os.stat(temporary)
+        if hasattr(os, "chown") and (created.st_uid, created.st_gid) != (status.st_uid, status.st_gid):
+            try:
+                os.chown(temporary, status.st_uid, status.st_gid)
+            except PermissionError:
+                os.unlink(temporary)
+                return False
+        os.replace(temporary, target)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(temporary)
+        raise
+    return True
+
+
+def _rewrite_in_place(target: Path, data: bytes) -> None:
+    """Write ``data`` over ``target``'s own content: its inode, links, owner and
+    mode stay.  Not atomic; used only where a replacement would lose them."""
+    with open(target, "r+b") as stream:
+        stream.write(data)
+        stream.truncate()
+        stream.flush()
+        os.fsync(stream.fileno())
+
+
+def _with_final_newline_of(original: str, fixed: str) -> str:
+    """libcst drops the final newline of a file whose newlines are lone CRs
+    (old Mac line endings): give it back."""
+    if original.endswith("\r") and not fixed.endswith(("\r", "\n")):
+        return fixed + "\r"
+    return fixed
+
+
+# -- suggested fixes (SARIF) -----------------------------------------------------
+
+
+def with_suggested_fixes(
+    findings: list[Finding],
+    results: Iterable[FileResult],
+    *,
+    rules: Iterable[type[Rule]] | None = None,
+    paths: Mapping[str, Path] | None = None,
+    config: "Config | None" = None,
+) -> list[Finding]:
+    """``findings`` (of a finished check with ``results``), each that has a safe
+    fix carrying it as a ``SuggestedFix``: the edits ``--fix`` would make for
+    that finding alone, against the file as it is.  Files are re-checked as
+    ``--fix`` re-checks them; a file that cannot be fixed gives no fixes."""
+    from detaudit.static.rule import all_rules
+
+    selected = list(rules) if rules is not None else all_rules()
+    reported = _Reported({rule.code for rule in selected}, config)
+    fix_style = config.fix_style if config is not None else DEFAULT_FIX_STYLE
+    fixes: dict[tuple[str, str, int, int], SuggestedFix] = {}
+    for result in results:
+        if not result.parsed or not reported(result.findings) or result.path.endswith(".ipynb"):
+            continue
+        path = Path(paths[result.path]) if paths is not None and result.path in paths else Path(result.path)
+        fixer = _FileFixer(path, result.path, selected, reported, False, fix_style)
+        for (code, line, column), fix in fixer.suggested_fixes().items():
+            fixes[(result.path, code, line, column)] = fix
+    return [replace(f, fix=fixes.get((f.path, f.code, f.line, f.column), f.fix)) for f in findings]
+
+
+def text_edits(old: str, new: str) -> tuple[TextEdit, ...]:
+    """The edits that turn ``old`` into ``new``: one per changed run of lines,
+    trimmed to the changed words."""
+    old_lines, new_lines = split_lines(old, keepends=True), split_lines(new, keepends=True)
+    starts = [0]
+    for line in old_lines:
+        starts.append(starts[-1] + len(line))
+
+    def position(offset: int) -> tuple[int, int]:
+        index = bisect.bisect_right(starts, offset) - 1
+        return index + 1, offset - starts[index] + 1
+
+    edits = []
+    matcher = difflib.SequenceMatcher(None, old_lines, new_lines, autojunk=False)
+    for tag, i1, i2, j1, j2 in matcher.get_opcodes():
+        if tag == "equal":
+            continue
+        start, end = starts[i1], starts[i2]
+        deleted, inserted = old[start:end], "".join(new_lines[j1:j2])
+        prefix = len(_common_prefix(deleted, inserted))
+        while prefix and _in_word(deleted[prefix - 1]):
+            prefix -= 1
+        suffix = len(_common_prefix(deleted[prefix:][::-1], inserted[prefix:][::-1]))
+        while suffix and _in_word(deleted[len(deleted) - suffix]):
+            suffix -= 1
+        (line, column), (end_line, end_column) = position(start + prefix), position(end - suffix)
+        edits.append(TextEdit(line, column, end_line, end_column, inserted[prefix : len(inserted) - suffix]))
+    return tuple(edits)
+
+
+def _common_prefix(a: str, b: str) -> str:
+    return os.path.commonprefix([a, b])
+
+
+def _in_word(character: str) -> bool:
+    return character.isalnum() or character == "_"
 
 
 # -- applying edits -------------------------------------------------------------
@@ -312,12 +521,16 @@ class _EditApplier(cst.CSTTransformer):
     def __init__(self, edits: list[Edit], bindings: Mapping[str, str], layout: _Layout) -> None:
         super().__init__()
         self.replacements: dict[int, cst.CSTNode] = {}
+        self.stale_comments: dict[int, frozenset[str]] = {}  # id(replaced node) -> Replace.stale_comment
+        self._stale_in_statement: set[str] = set()  # of the replacements in the statement being left
         self.insertions: dict[tuple[int, bool], list[str]] = {}  # (id(anchor), before) -> statement codes
         self.imports: list[str] = []
         self.first_edited_top: int | None = None
         for edit in edits:
             if isinstance(edit, Replace):
                 self.replacements.setdefault(id(edit.old), edit.new)
+                if edit.stale_comment:
+                    self.stale_comments[id(edit.old)] = edit.stale_comment
             else:
                 codes = self.insertions.setdefault((id(edit.anchor), edit.before), [])
                 if edit.code not in codes:
@@ -330,6 +543,11 @@ class _EditApplier(cst.CSTTransformer):
 
     def on_leave(self, original_node: cst.CSTNode, updated_node: cst.CSTNode):
         updated = super().on_leave(original_node, updated_node)
+        self._stale_in_statement |= self.stale_comments.get(id(original_node), frozenset())
+        if isinstance(original_node, cst.BaseStatement):
+            stale, self._stale_in_statement = self._stale_in_statement, set()
+            if stale and isinstance(updated, cst.SimpleStatementLine):
+                updated = _without_stale_comment(updated, stale)
         return self.replacements.get(id(original_node), updated)
 
     def leave_IndentedBlock(self, original_node: cst.IndentedBlock, updated_node: cst.IndentedBlock) -> cst.IndentedBlock:
@@ -376,12 +594,17 @@ class _EditApplier(cst.CSTTransformer):
         return [cst.parse_statement(code) for code in codes]
 
 
+def _without_stale_comment(statement: cst.SimpleStatementLine, stale: set[str]) -> cst.SimpleStatementLine:
+    """The statement without the comment ending its line when that comment names
+    one of the ``stale`` words (it describes what the fix undid)."""
+    trailing = statement.trailing_whitespace
+    if trailing.comment is None or not comment_words(trailing.comment.value) & stale:
+        return statement
+    return statement.with_changes(trailing_whitespace=trailing.with_changes(whitespace=cst.SimpleWhitespace(""), comment=None))
+
+
 def _compiles(text: str) -> bool:
-    try:
-        compile(text, "<fixed file>", "exec", dont_inherit=True, flags=0x400)  # ast.PyCF_ONLY_AST
-    except (SyntaxError, ValueError, RecursionError, MemoryError):
-        return False
-    return True
+    return python_parse_error(text) is None
 
 
 def _encoding_of(data: bytes) -> str:
@@ -392,6 +615,6 @@ def _encoding_of(data: bytes) -> str:
 def unified_diff(old: str, new: str, display_path: str) -> str:
     """A unified diff that ``git apply`` and ``patch -p1`` accept."""
     lines = difflib.unified_diff(
-        old.splitlines(keepends=True), new.splitlines(keepends=True), f"a/{display_path}", f"b/{display_path}"
+        split_lines(old, keepends=True), split_lines(new, keepends=True), f"a/{display_path}", f"b/{display_path}"
     )
     return "".join(line if line.endswith("\n") else line + "\n\\ No newline at end of file\n" for line in lines)

@@ -8,10 +8,16 @@ local name was bound to by imports and simple aliasing assignments.
 from __future__ import annotations
 
 import builtins
+import random
 
 import libcst as cst
 
 _BUILTINS = frozenset(dir(builtins))
+
+#: What ``from MODULE import *`` binds, for the star imports rules need to see
+#: through: the global Python RNG's functions (``from random import *`` then a
+#: bare ``randint()``).  Other star imports bind names nobody can list here.
+STAR_EXPORTS = {"random": frozenset(random.__all__)}
 
 
 def dotted_name(node: cst.BaseExpression) -> str | None:
@@ -38,6 +44,9 @@ class NameTable:
 
     def __init__(self) -> None:
         self._bindings: dict[str, str] = {}
+        #: modules star-imported (``from utils import *``) whose names cannot be listed
+        #: here; the project index can look into the project's own
+        self.star_modules: list[str] = []
 
     def add_import(self, node: cst.Import | cst.ImportFrom) -> None:
         if isinstance(node, cst.Import):
@@ -50,6 +59,12 @@ class NameTable:
                     self._bindings[top] = top
             return
         if isinstance(node.names, cst.ImportStar):
+            module = "." * len(node.relative) + _module_name(node.module)
+            if module in STAR_EXPORTS:
+                for name in STAR_EXPORTS[module]:
+                    self._bindings[name] = f"{module}.{name}"
+            else:
+                self.star_modules.append(module)
             return
         module = "." * len(node.relative) + _module_name(node.module)
         for alias in node.names:

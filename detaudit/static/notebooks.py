@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import re
 
-from detaudit.static.sources import SourceUnit, UnreadableSource
+from detaudit.static.sources import SourceUnit, UnreadableSource, split_lines
 
 _MAGIC_ASSIGNMENT = re.compile(r"^(?P<indent>\s*)(?P<target>[\w.\[\], ]+?)\s*=\s*[%!]")
 _IPYTHON_LINE = re.compile(r"^(?P<indent>\s*)(?:[%!]|\?\??[\w.]|[\w.]+\?\??\s*$)")
@@ -37,9 +37,11 @@ def notebook_source(data: bytes) -> SourceUnit:
         if not isinstance(cell, dict) or cell.get("cell_type") != "code":
             continue
         source = cell.get("source", "")
-        text = "".join(source) if isinstance(source, list) else source
-        if not isinstance(text, str):
+        if isinstance(source, list) and all(isinstance(part, str) for part in source):
+            source = "".join(source)
+        if not isinstance(source, str):
             raise UnreadableSource(f"malformed notebook: cell {number} has a source that is not text")
+        text = source
         if text.lstrip().startswith("%%"):
             continue  # a cell magic: the cell is not Python
         for line_number, line in enumerate(_python_lines(text), start=1):
@@ -51,7 +53,7 @@ def notebook_source(data: bytes) -> SourceUnit:
 def _python_lines(text: str) -> list[str]:
     result = []
     continued = False  # the previous IPython line ended with a backslash
-    for line in text.splitlines():
+    for line in split_lines(text):
         if continued:
             result.append("")
             continued = line.endswith("\\")

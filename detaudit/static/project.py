@@ -4,7 +4,7 @@ Seeding often lives in a helper (``utils.fix_random_seeds(0)``, ``from .misc
 import set_seed``) and the first draw often happens inside a class of another
 module (``from model import GPT; GPT(config)`` builds random layers).  This
 module answers "which global RNGs does this call seed, and which does it draw
-from?" for any call: a known API (``detaudit.knowledge.apis``), a function or
+from?" for any call: a known API (the tables below), a function or
 class of the same file, or one of a project-local module.  Project modules are
 parsed (never imported or run) with the engine's own fact collector, summarised
 once per content hash, and every file an answer depends on is named with its
@@ -19,6 +19,7 @@ a default run, so it does not count.
 from __future__ import annotations
 
 import hashlib
+import os
 import sys
 from collections import OrderedDict
 from dataclasses import dataclass, field
@@ -34,27 +35,130 @@ from detaudit.knowledge.apis import (
     DATALOADER_SHUFFLE_PARAMETER,
     GENERATOR_KEYWORD,
     NUMPY,
-    NUMPY_RANDOM_NON_DRAWING,
-    PRETRAINED_WEIGHTS_KEYWORDS,
     PYTHON,
-    PYTHON_RANDOM_NON_DRAWING,
+    RANDOM_SAMPLER,
+    RANDOM_SPLIT,
     RNG_STATE_RESTORERS,
+    RNGS,
     SEEDING_FUNCTIONS,
-    SEEDING_NEEDS_ARGUMENT,
-    SEEDING_WHEN_SEED_GIVEN,
     TORCH,
-    TORCH_MODEL_NON_BUILDERS,
-    TORCH_RANDOM_FUNCTIONS,
-    TORCH_RANDOM_LAYERS,
-    TORCH_RANDOM_METHODS,
-    TORCH_RANDOM_MODEL_PREFIXES,
-    TORCH_RANDOM_TRANSFORM_PREFIXES,
-    TORCH_RANDOM_TRANSFORMS,
 )
+from detaudit.knowledge.layers import derived_layers
 from detaudit.static.facts import CallFact, FactCollector, FileFacts, StaticValue
+from detaudit.static.limits import DEFAULT_FILE_TIME_BUDGET, TooComplex, without_complex_expressions
 from detaudit.static.names import dotted_name
 from detaudit.static.sources import MAX_FILE_BYTES, UnreadableSource, decode_python
+from detaudit.static.trees import parse_module
 from detaudit.static.walk import walk
+
+# --- known APIs: what they do to the global RNGs ----------------------------------
+# (seeding functions and RNG state restorers are shared with the rules, the fixes
+# and the dynamic tracer: detaudit.knowledge.apis)
+
+#: Seeding calls that only seed when given an argument (``random.seed()`` with
+#: no argument reseeds from the OS: that is entropy, not reproducibility).
+SEEDING_NEEDS_ARGUMENT = frozenset({"random.seed", "numpy.random.seed", "torch.manual_seed"})
+
+#: Context managers / decorators that seed when called with ``seed=``.
+SEEDING_WHEN_SEED_GIVEN: dict[str, frozenset[str]] = {
+    "detaudit.deterministic": frozenset(RNGS),
+    "detaudit.runtime.determinism.deterministic": frozenset(RNGS),
+}
+
+#: torch functions that draw from the global torch RNG.
+TORCH_RANDOM_FUNCTIONS = frozenset(
+    f"torch.{name}"
+    for name in (
+        "rand", "rand_like", "randn", "randn_like", "randint", "randint_like",
+        "randperm", "normal", "bernoulli", "multinomial", "poisson", "dropout",
+        "feature_dropout", "alpha_dropout", "rrelu",
+    )
+) | frozenset(
+    f"torch.nn.functional.{name}"
+    for name in (
+        "dropout", "dropout1d", "dropout2d", "dropout3d", "alpha_dropout",
+        "feature_alpha_dropout", "gumbel_softmax", "rrelu",
+    )
+) | frozenset(
+    f"torch.nn.init.{name}"
+    for name in (
+        "uniform_", "normal_", "trunc_normal_", "xavier_uniform_", "xavier_normal_",
+        "kaiming_uniform_", "kaiming_normal_", "orthogonal_", "sparse_",
+    )
+) | frozenset({RANDOM_SPLIT, RANDOM_SAMPLER})
+
+#: What a shuffling DataLoader's draw is called (it draws its order from the torch RNG).
+SHUFFLING_LOADER = "DataLoader(shuffle=True)"
+#: Draws that decide data order: a finding about the unseeded torch RNG names them as its consequence.
+DATA_ORDER_DRAWS = frozenset({SHUFFLING_LOADER, RANDOM_SPLIT, RANDOM_SAMPLER})
+
+#: Tensor methods that draw from the torch RNG (matched by method name in files
+#: that import torch).
+TORCH_RANDOM_METHODS = frozenset(
+    {"normal_", "uniform_", "random_", "bernoulli_", "exponential_", "cauchy_",
+     "log_normal_", "geometric_"}
+)
+
+#: ``torch.nn`` layers whose parameters are randomly initialised on construction,
+#: and random-behaviour layers (dropout).
+TORCH_RANDOM_LAYERS = frozenset(
+    f"torch.nn.{name}"
+    for name in (
+        "Linear", "Bilinear", "LazyLinear",
+        "Conv1d", "Conv2d", "Conv3d", "ConvTranspose1d", "ConvTranspose2d", "ConvTranspose3d",
+        "LazyConv1d", "LazyConv2d", "LazyConv3d",
+        "Embedding", "EmbeddingBag",
+        "RNN", "LSTM", "GRU", "RNNCell", "LSTMCell", "GRUCell",
+        "MultiheadAttention", "Transformer", "TransformerEncoderLayer", "TransformerDecoderLayer",
+        "Dropout", "Dropout1d", "Dropout2d", "Dropout3d", "AlphaDropout", "FeatureAlphaDropout",
+        "RReLU",
+    )
+)
+
+#: Callee prefixes whose calls build randomly initialised models.
+TORCH_RANDOM_MODEL_PREFIXES = ("torchvision.models.", "timm.create_model")
+
+#: Random data augmentation (torchvision transforms draw from the torch RNG).
+TORCH_RANDOM_TRANSFORM_PREFIXES = (
+    "torchvision.transforms.Random",
+    "torchvision.transforms.v2.Random",
+)
+TORCH_RANDOM_TRANSFORMS = frozenset(
+    f"torchvision.transforms.{ns}{name}"
+    for ns in ("", "v2.")
+    for name in ("ColorJitter", "RandAugment", "AutoAugment", "TrivialAugmentWide", "AugMix",
+                 "ElasticTransform", "GaussianBlur")
+)
+
+def initialises_weights(api: str) -> bool:
+    """Whether a draw by ``api`` builds layers or models (their initial weights),
+    rather than drawing data, noise or an order."""
+    if api in TORCH_RANDOM_LAYERS or api.startswith(TORCH_RANDOM_MODEL_PREFIXES) or api.startswith("torch.nn.init."):
+        return True
+    layer = derived_layers().find(api)
+    return layer is not None and "construction" in layer.draws
+
+
+#: numpy.random attributes that do not draw from the legacy global RNG.
+NUMPY_RANDOM_NON_DRAWING = frozenset(
+    {"seed", "get_state", "set_state", "default_rng", "RandomState", "Generator",
+     "SeedSequence", "BitGenerator", "PCG64", "PCG64DXSM", "MT19937", "Philox", "SFC64",
+     "get_bit_generator", "set_bit_generator"}
+)
+
+#: random-module attributes that do not draw from the global Python RNG.
+PYTHON_RANDOM_NON_DRAWING = frozenset(
+    {"seed", "getstate", "setstate", "Random", "SystemRandom"}
+)
+
+#: A model builder given one of these loads weights instead of drawing random ones
+#: (``resnet50(weights="DEFAULT")``, ``timm.create_model(name, pretrained=True)``).
+PRETRAINED_WEIGHTS_KEYWORDS = ("weights", "pretrained")
+
+#: Names under TORCH_RANDOM_MODEL_PREFIXES that build no model.
+TORCH_MODEL_NON_BUILDERS = frozenset({"list_models", "get_model_weights", "get_weight", "get_model_builder"})
+
+# ------------------------------------------------------------------------------------
 
 #: Nested helpers deeper than this are not followed (re-export chains, call chains).
 MAX_DEPTH = 12
@@ -147,6 +251,9 @@ def _known_draw(call: CallFact, qualname: str, facts: FileFacts) -> Effects | No
         return _draw(NUMPY, qualname)
     if head == "random" and attribute not in PYTHON_RANDOM_NON_DRAWING and not attribute.startswith("_"):
         return _draw(PYTHON, qualname)
+    layer = derived_layers().find(qualname)
+    if layer is not None:  # a third-party layer: its derived table says whether it draws
+        return _draw(TORCH, qualname) if layer.draws else NOTHING
     if not qualname.startswith(("torch", "timm")):
         return None
     if _uses_own_generator(call, facts):
@@ -157,7 +264,7 @@ def _known_draw(call: CallFact, qualname: str, facts: FileFacts) -> Effects | No
         return _draw(TORCH, qualname)
     if DATA_API_ALIASES.get(qualname, qualname) == DATALOADER:
         shuffle = facts.evaluate(call.value_node(*DATALOADER_SHUFFLE_PARAMETER))
-        return _draw(TORCH, "DataLoader(shuffle=True)") if shuffle.truthy else NOTHING
+        return _draw(TORCH, SHUFFLING_LOADER) if shuffle.truthy else NOTHING
     if qualname.startswith(TORCH_RANDOM_MODEL_PREFIXES) and _builds_random_model(call, qualname, facts):
         return _draw(TORCH, qualname)
     return None
@@ -173,6 +280,18 @@ def _builds_random_model(call: CallFact, qualname: str, facts: FileFacts) -> boo
         if value is not None and not facts.evaluate(value).falsy:
             return False
     return True
+
+
+#: Where a training script builds its optimiser: ``torch.optim.<Class>(...)``.
+TORCH_OPTIMIZER_NAMESPACE = "torch.optim"
+
+
+def trains_here(call: CallFact, imports_torch: bool) -> bool:
+    """The call builds a torch optimiser or runs ``.backward()``: training happens here."""
+    namespace, _, name = (call.qualname or "").rpartition(".")
+    if namespace == TORCH_OPTIMIZER_NAMESPACE and name[:1].isupper():
+        return True
+    return call.method == "backward" and imports_torch
 
 
 # --- a whole module ---------------------------------------------------------------
@@ -223,7 +342,7 @@ class ModuleSummary:
         if found is None:
             collector = _CallIds()
             if node.orelse is not None:
-                node.orelse.visit(collector)
+                walk(node.orelse, [collector])
             found = self._orelse_calls[id(node)] = frozenset(collector.ids)
         return found
 
@@ -241,7 +360,29 @@ class ModuleSummary:
             return effects_of[kind](name, depth + 1)
         if call.qualname is not None and self.index is not None:
             return self.index.effects(call.qualname, self.path, depth + 1) or NOTHING
-        return NOTHING
+        return self._instance_method_effects(call, depth)
+
+    def _instance_method_effects(self, call: CallFact, depth: int) -> Effects:
+        """``buffer.push_and_pop(x)`` where ``buffer = ReplayBuffer()`` (assigned
+        once): the method of that class, in this file or a project module."""
+        func = call.node.func
+        if call.qualname is not None or type(func) is not cst.Attribute or type(func.value) is not cst.Name:
+            return NOTHING
+        assigned = self.facts.simple_assignments.get(func.value.value)
+        if not assigned or len(assigned) != 1 or type(assigned[0]) is not cst.Call:
+            return NOTHING
+        class_name = dotted_name(assigned[0].func)
+        method = f"{class_name}.{func.attr.value}"
+        if class_name in self.facts.classes and not self.facts.names.is_bound(class_name.partition(".")[0]):
+            return self.function_effects(method, depth + 1) if method in self.facts.functions else NOTHING
+        if self.index is None:
+            return NOTHING
+        qualname = self.facts.names.resolve(assigned[0].func)
+        if qualname is None and class_name is not None:
+            qualname = self.index.star_imported(class_name, self.facts.names.star_modules, self.path)
+        if qualname is None:
+            return NOTHING
+        return self.index.effects(f"{qualname}.{func.attr.value}", self.path, depth + 1) or NOTHING
 
     def is_known_api(self, call: CallFact) -> bool:
         return api_effects(call, self.facts, self.imports_torch) is not None
@@ -337,6 +478,23 @@ class ModuleSummary:
                 effects |= self.index.effects(qualname, self.path, depth + 1) or NOTHING
         return effects
 
+    def code_trains(self, function: str) -> bool:
+        """The body of ``function`` (``"Trainer.run"``) builds an optimiser or calls backward()."""
+        return any(trains_here(call, self.imports_torch) for call in self.calls_of(function))
+
+    def export_trains(self, attribute: str, depth: int) -> tuple[bool, frozenset[tuple[str, str]]]:
+        """Whether ``module.<attribute>`` trains, and the project files that says so."""
+        if attribute in self.facts.classes:  # building it runs its __init__
+            return self.code_trains(f"{attribute}.__init__"), self.own_file
+        if attribute in self.facts.functions:
+            return self.code_trains(attribute), self.own_file
+        first, _, rest = attribute.partition(".")
+        bound = self.facts.names.bindings().get(first)
+        if bound is not None and self.index is not None:
+            trains, files = self.index.trains(f"{bound}.{rest}" if rest else bound, self.path, depth + 1)
+            return trains, files | self.own_file
+        return False, self.own_file
+
     def export_effects(self, attribute: str, depth: int) -> Effects | None:
         """Effects of calling ``module.<attribute>`` from another module."""
         if attribute in self.facts.functions:
@@ -386,6 +544,7 @@ class ProjectIndex:
     _locations: dict[tuple[Path, tuple[str, ...]], Path | None] = field(default_factory=dict)
     #: path -> ((mtime_ns, size), digest): re-hash a file only when it changed on disk
     _digests: dict[Path, tuple[tuple[int, int], str]] = field(default_factory=dict)
+    _folders: list[Path] | None = None  # the root's folders that are not packages (source roots)
 
     def effects(self, qualname: str, importer: Path, depth: int = 0) -> Effects | None:
         """Effects of calling ``qualname`` (as resolved in ``importer``), when it names
@@ -403,6 +562,71 @@ class ProjectIndex:
                 return Effects(files=frozenset({(str(path), digest)})) if digest else None
             return summary.export_effects(attribute, depth)
         return None
+
+    def star_imported(self, name: str, modules: list[str], importer: Path) -> str | None:
+        """``module.name`` for the first star-imported project module (``from utils
+        import *``) that defines ``name`` as a class or function."""
+        for module in modules:
+            dots = len(module) - len(module.lstrip("."))
+            parts = tuple(part for part in module[dots:].split(".") if part)
+            for path, attribute in self._candidates((*parts, name), dots, importer):
+                summary = self.summary(path)
+                if summary is not None and attribute == name and (name in summary.facts.classes or name in summary.facts.functions):
+                    return f"{module}.{name}" if module[dots:] else f"{module}{name}"
+        return None
+
+    def trains(self, qualname: str, importer: Path, depth: int = 0) -> tuple[bool, frozenset[tuple[str, str]]]:
+        """Whether calling ``qualname`` (a project function, or building a project
+        class) runs training, and the project files read to say so."""
+        if depth > MAX_DEPTH:
+            return False, frozenset()
+        dots = len(qualname) - len(qualname.lstrip("."))
+        parts = tuple(qualname[dots:].split("."))
+        if not dots and parts[0] in sys.stdlib_module_names:
+            return False, frozenset()
+        for path, attribute in self._candidates(parts, dots, importer):
+            summary = self.summary(path)
+            if summary is None:
+                return False, frozenset()
+            return summary.export_trains(attribute, depth)
+        return False, frozenset()
+
+    def module_of(self, qualname: str, importer: Path) -> tuple[Path, str] | None:
+        """(project module file, attribute path in it) that ``qualname`` (as resolved in
+        ``importer``) names, or None when it is not project code.  A module not found
+        next to the importer or at the root is looked for in the root's folders (a
+        script that puts ``lib/`` on ``sys.path``), when exactly one of them holds it."""
+        dots = len(qualname) - len(qualname.lstrip("."))
+        parts = tuple(qualname[dots:].split("."))
+        if not dots and parts[0] in sys.stdlib_module_names:
+            return None
+        found = next(self._candidates(parts, dots, importer), None)
+        if found is not None or dots:
+            return found
+        in_folders = {
+            candidate
+            for folder in self._source_folders()
+            for candidate in self._candidates_under(folder, parts)
+        }
+        return in_folders.pop() if len(in_folders) == 1 else None
+
+    def _source_folders(self) -> list[Path]:
+        if self._folders is None:
+            try:
+                self._folders = sorted(
+                    entry for entry in self.root.iterdir()
+                    if entry.is_dir() and not entry.name.startswith((".", "_")) and not (entry / "__init__.py").exists()
+                )
+            except OSError:
+                self._folders = []
+        return self._folders
+
+    def _candidates_under(self, base: Path, parts: tuple[str, ...]) -> Iterator[tuple[Path, str]]:
+        for split in range(len(parts) - 1, 0, -1):
+            path = self._module_file(base, parts[:split])
+            if path is not None:
+                yield path, ".".join(parts[split:])
+                return
 
     def _candidates(self, parts: tuple[str, ...], dots: int, importer: Path) -> Iterator[tuple[Path, str]]:
         """(module file, attribute path) for each way to split ``parts``; longest module first."""
@@ -428,7 +652,7 @@ class ProjectIndex:
             stem = base.joinpath(*module)
             found = None
             for candidate in (stem.with_name(stem.name + ".py") if module else None, stem / "__init__.py"):
-                if candidate is not None and candidate.is_file():
+                if candidate is not None and os.path.isfile(candidate):
                     found = candidate
                     break
             self._locations[key] = found
@@ -462,12 +686,18 @@ class ProjectIndex:
             data = path.read_bytes()
             if len(data) > MAX_FILE_BYTES:
                 return None
-            module = cst.parse_module(decode_python(data))
+            # an expression too costly for libcst is left out here too (its file reports it)
+            text, _ = without_complex_expressions(decode_python(data), DEFAULT_FILE_TIME_BUDGET)
+            module = parse_module(text)
             facts = FileFacts()
             walk(module, [FactCollector(facts, module)])
-        except (OSError, UnreadableSource, cst.ParserSyntaxError, RecursionError, ValueError):
+        except (OSError, UnreadableSource, cst.ParserSyntaxError, RecursionError, ValueError, TooComplex):
             return None
         return ModuleSummary(facts, path, digest, self)
+
+    def digest(self, path: Path) -> str | None:
+        """The content hash of a project file (None when unreadable), for a result's dependencies."""
+        return self._digest(path)
 
     def _digest(self, path: Path) -> str | None:
         try:

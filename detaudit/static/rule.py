@@ -4,7 +4,9 @@ A rule states its code, name, severity, a one-line summary, why the hazard hurts
 reproducibility (``rationale``), how to fix it, and VALID/INVALID example
 snippets that the test suite runs.  Rules share the engine's single tree walk:
 a rule may define libcst ``visit_*``/``leave_*`` methods, and/or ``finish()``,
-which runs after the walk with the file's complete facts (``self.facts``).
+which runs after the walk with the file's complete facts (``self.facts``) and
+the analyses several rules share (``self.analyses``).  A rule never imports
+another rule: what two rules need lives in ``detaudit.static.analyses``.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import libcst as cst
 from detaudit.findings import Severity
 
 if TYPE_CHECKING:
+    from detaudit.static.analyses import FileAnalyses
     from detaudit.static.engine import FileContext
     from detaudit.static.facts import FileFacts
 
@@ -75,6 +78,11 @@ class Rule(cst.BatchableCSTVisitor):
     @property
     def facts(self) -> "FileFacts":
         return self.context.facts
+
+    @property
+    def analyses(self) -> "FileAnalyses":
+        """What several rules need to know about the file, computed once (``detaudit.static.analyses``)."""
+        return self.context.analyses
 
     def report(self, node: cst.CSTNode, message: str | None = None, *, fix: Any = None) -> None:
         self.context.hits.append(RuleHit(type(self), node, message or self.summary, fix))

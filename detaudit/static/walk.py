@@ -7,13 +7,17 @@ that) and calls, on every visitor, the same hooks libcst would:
 ``visit_<Node>``/``leave_<Node>`` and the attribute hooks
 ``visit_<Node>_<field>``/``leave_<Node>_<field>``.  Like libcst's batched
 walk, return values of hooks are ignored.  It is iterative, so deeply nested
-code cannot exhaust Python's recursion limit.
+code cannot exhaust Python's recursion limit.  A visitor whose hook raises is
+left out of the rest of the walk and the others go on (``on_error``), so one
+rule's bug never costs the other rules their findings.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from typing import Iterable, Sequence
+import enum
+import typing
+from typing import Callable, Iterable, Sequence
 
 import libcst as cst
 
@@ -50,46 +54,105 @@ def _child_fields(cls: type) -> tuple[str, ...]:
     return fields
 
 
-#: per concrete type: is it a node the walk enters?  (isinstance on libcst's
-#: abstract bases goes through abc and dominated the walk's cost)
-_entered: dict[type, bool] = {}
+def _may_hold_node(annotation) -> bool:
+    """Whether a field declared as ``annotation`` can hold a node the walk enters
+    (what is not a class, such as a forward reference, is taken as one that can)."""
+    if annotation in (str, type(None)) or typing.get_origin(annotation) is typing.Literal:
+        return False
+    arguments = typing.get_args(annotation)
+    if arguments:
+        return any(_may_hold_node(argument) for argument in arguments)
+    if not isinstance(annotation, type):
+        return True
+    if issubclass(annotation, cst.CSTNode):
+        return not issubclass(annotation, _FORMATTING)
+    return not issubclass(annotation, (str, bool, int, float, enum.Enum))
 
 
-def _enters(cls: type) -> bool:
-    entered = _entered.get(cls)
-    if entered is None:
-        entered = _entered[cls] = issubclass(cls, cst.CSTNode) and not issubclass(cls, _FORMATTING)
-    return entered
+_node_fields_of: dict[type, frozenset[str]] = {}
 
 
-def _children(value) -> list[cst.CSTNode]:
-    kind = type(value)
-    if kind is tuple or kind is list:
-        return [v for v in value if _enters(type(v))]
-    return [value] if _enters(kind) else []
+def _node_fields(cls: type) -> frozenset[str]:
+    """The fields of ``cls`` that can hold a node the walk enters (not whitespace,
+    commas, parentheses): the walk reads only those."""
+    fields = _node_fields_of.get(cls)
+    if fields is None:
+        fields = _node_fields_of[cls] = frozenset(f.name for f in dataclasses.fields(cls) if _may_hold_node(f.type))
+    return fields
+
+
+class _EnteredTypes(dict):
+    """Per concrete type: is it a node the walk enters?  Looked up as ``enters[cls]``,
+    a plain dict lookup after the first time (isinstance on libcst's abstract
+    bases goes through abc and dominated the walk's cost)."""
+
+    def __missing__(self, cls: type) -> bool:
+        entered = self[cls] = issubclass(cls, cst.CSTNode) and not issubclass(cls, _FORMATTING)
+        return entered
+
+
+_enters = _EnteredTypes()
+
+
+_reversed_node_fields_of: dict[type, tuple[str, ...]] = {}
+
+
+def _reversed_node_fields(cls: type) -> tuple[str, ...]:
+    fields = _reversed_node_fields_of.get(cls)
+    if fields is None:
+        node_fields = _node_fields(cls)
+        fields = _reversed_node_fields_of[cls] = tuple(f for f in reversed(_child_fields(cls)) if f in node_fields)
+    return fields
+
+
+class _Worth(dict):
+    """Per concrete type, for one walk: is a node of it worth entering?  Not when
+    no visitor hooks it and it holds nothing the walk enters (a ``Name``, a
+    literal: nearly half of a tree's nodes), so such nodes are never put on
+    the stack.  Looked up as ``worth[cls]``, a plain dict lookup after the first
+    time; dropping a visitor only removes hooks, so an answer never goes stale
+    in the direction that matters."""
+
+    def __init__(self, hooks: "_Hooks") -> None:
+        super().__init__()
+        self._hooks = hooks
+
+    def __missing__(self, cls: type) -> bool:
+        worth = self[cls] = _enters[cls] and any(self._hooks.of(cls))
+        return worth
 
 
 class _Hooks:
     """The visitors' hooks per node class, looked up once per class and walk."""
 
     def __init__(self, visitors: Sequence[object]) -> None:
-        self._visitors = visitors
-        self._by_class: dict[type, tuple[list, list, dict[str, tuple[list, list]]]] = {}
+        self._visitors = list(visitors)
+        self.by_class: dict[type, tuple[list, list, tuple[tuple[str, list, list], ...]]] = {}
 
-    def of(self, cls: type) -> tuple[list, list, dict[str, tuple[list, list]]]:
-        hooks = self._by_class.get(cls)
+    def drop(self, visitor: object) -> None:
+        """Leave ``visitor`` out of every later lookup."""
+        self._visitors = [v for v in self._visitors if v is not visitor]
+        self.by_class.clear()
+
+    def of(self, cls: type) -> tuple[list, list, tuple[tuple[str, list, list], ...]]:
+        """The class's visit and leave hooks, and the fields to walk, last first,
+        each with its attribute hooks (on the way in, on the way out)."""
+        hooks = self.by_class.get(cls)
         if hooks is None:
             name = cls.__name__
-            visit = [m for v in self._visitors if (m := getattr(v, f"visit_{name}", None)) and not _is_stub(m)]
-            leave = [m for v in self._visitors if (m := getattr(v, f"leave_{name}", None)) and not _is_stub(m)]
-            attributes: dict[str, tuple[list, list]] = {}
-            for field in _child_fields(cls):
-                enter = [m for v in self._visitors if (m := getattr(v, f"visit_{name}_{field}", None)) and not _is_stub(m)]
-                exit_ = [m for v in self._visitors if (m := getattr(v, f"leave_{name}_{field}", None)) and not _is_stub(m)]
-                if enter or exit_:
-                    attributes[field] = (enter, exit_)
-            hooks = self._by_class[cls] = (visit, leave, attributes)
+            visit = self._hooks(f"visit_{name}")
+            leave = self._hooks(f"leave_{name}")
+            node_fields = _node_fields(cls)
+            fields = []
+            for field in reversed(_child_fields(cls)):
+                enter, exit_ = self._hooks(f"visit_{name}_{field}"), self._hooks(f"leave_{name}_{field}")
+                if enter or exit_ or field in node_fields:
+                    fields.append((field, enter, exit_))
+            hooks = self.by_class[cls] = (visit, leave, tuple(fields))
         return hooks
+
+    def _hooks(self, name: str) -> list:
+        return [getattr(v, name) for v in self._visitors if name in _hook_names(type(v))]
 
 
 def _is_stub(method) -> bool:
@@ -97,30 +160,88 @@ def _is_stub(method) -> bool:
     return getattr(method, "_is_no_op", False)
 
 
-def walk(module: cst.CSTNode, visitors: Iterable[object]) -> None:
-    """Walk ``module`` in source order, calling every visitor's hooks."""
-    hooks = _Hooks(list(visitors))
+_hook_names_of: dict[type, frozenset[str]] = {}
+
+
+def _hook_names(visitor_class: type) -> frozenset[str]:
+    """The hooks a visitor class really defines (looked up once per class, not per walk)."""
+    names = _hook_names_of.get(visitor_class)
+    if names is None:
+        names = _hook_names_of[visitor_class] = frozenset(
+            name
+            for name in dir(visitor_class)
+            if name.startswith(("visit_", "leave_")) and not _is_stub(getattr(visitor_class, name))
+        )
+    return names
+
+
+#: ``tick`` is called after this many nodes
+TICK_EVERY = 4096
+
+
+def walk(
+    module: cst.CSTNode,
+    visitors: Iterable[object],
+    on_error: Callable[[object, Exception], None] | None = None,
+    tick: Callable[[], None] | None = None,
+) -> None:
+    """Walk ``module`` in source order, calling every visitor's hooks.
+
+    Without ``on_error`` an exception in a hook ends the walk.  With it, the
+    visitor whose hook raised is told about (``on_error(visitor, error)``) and
+    left out from then on; the walk goes on for the others.  RecursionError
+    always ends the walk: it says the tree is too deep, not that a visitor is
+    wrong.  ``tick`` is called every TICK_EVERY nodes (a time budget's check:
+    what it raises ends the walk)."""
+    hooks = _Hooks(visitors)
+    stopped: set[int] = set()  # ids of visitors left out after an error
+
+    def call(methods: list, node: cst.CSTNode) -> None:
+        for method in methods:
+            if stopped and id(method.__self__) in stopped:
+                continue
+            try:
+                method(node)
+            except RecursionError:
+                raise
+            except Exception as error:
+                if on_error is None:
+                    raise
+                visitor = method.__self__
+                stopped.add(id(visitor))
+                hooks.drop(visitor)
+                on_error(visitor, error)
+
     # items are nodes to enter, or (node, hooks) pairs to call on the way back up
     stack: list = [module]
+    countdown = TICK_EVERY
+    hooks_of, worth = hooks.by_class, _Worth(hooks)  # local names: this loop runs once per node
     while stack:
         item = stack.pop()
-        if type(item) is tuple:
-            node, methods = item
-            for method in methods:
-                method(node)
+        cls = type(item)
+        if cls is tuple:
+            call(item[1], item[0])
             continue
-        visit, leave, attributes = hooks.of(type(item))
-        for method in visit:
-            method(item)
+        countdown -= 1
+        if not countdown and tick is not None:
+            tick()
+            countdown = TICK_EVERY
+        visit, leave, fields = hooks_of.get(cls) or hooks.of(cls)
+        if visit:
+            call(visit, item)
         if leave:
             stack.append((item, leave))
-        for field in reversed(_child_fields(type(item))):
-            field_hooks = attributes.get(field)
-            if field_hooks is not None and field_hooks[1]:
-                stack.append((item, field_hooks[1]))
-            stack.extend(reversed(_children(getattr(item, field))))
-            if field_hooks is not None and field_hooks[0]:
-                stack.append((item, field_hooks[0]))
+        for field, enter, exit_ in fields:
+            if exit_:
+                stack.append((item, exit_))
+            value = getattr(item, field)
+            kind = type(value)
+            if kind is tuple or kind is list:
+                stack.extend([v for v in reversed(value) if worth[type(v)]])
+            elif worth[kind]:
+                stack.append(value)
+            if enter:
+                stack.append((item, enter))
 
 
 def iter_nodes(root: cst.CSTNode) -> Iterable[cst.CSTNode]:
@@ -129,5 +250,10 @@ def iter_nodes(root: cst.CSTNode) -> Iterable[cst.CSTNode]:
     while stack:
         node = stack.pop()
         yield node
-        for field in reversed(_child_fields(type(node))):
-            stack.extend(reversed(_children(getattr(node, field))))
+        for field in _reversed_node_fields(type(node)):
+            value = getattr(node, field)
+            kind = type(value)
+            if kind is tuple or kind is list:
+                stack.extend([v for v in reversed(value) if _enters[type(v)]])
+            elif _enters[kind]:
+                stack.append(value)

@@ -53,8 +53,11 @@ def run_probe(
     jobs: int,
     timeout: float | None,
     progress: RunProgress,
+    distributed=None,
 ) -> dict[str, ProbeRun]:
-    """Runs the three variants (up to ``jobs`` at a time), deterministic mode on."""
+    """Runs the three variants (up to ``jobs`` at a time), deterministic mode on;
+    ``distributed`` (a ``torchrun.Distributed``): each under torchrun, rank 0's
+    metrics and state compared (every rank moves the same weight by one ULP)."""
     from detaudit.dynamic.launch import LaunchOptions
 
     def one(variant: str) -> ProbeRun:
@@ -70,7 +73,9 @@ def run_probe(
             perturb_ulp_seed=perturb_seed if variant == ONE_ULP else None,
             save_state=True,
         )
-        result, outputs = launch(script, script_args, folder / variant.replace(" ", "-"), options, timeout)
+        result, outputs = launch(
+            script, script_args, folder / variant.replace(" ", "-"), options, timeout, distributed=distributed
+        )
         run.status = run_status(result, outputs, require_metrics=False)
         run.metrics, run.history, run.predictions = outputs.final, outputs.history, outputs.predictions
         run.perturbed = result.payload.get("perturbed", {})

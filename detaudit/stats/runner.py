@@ -57,11 +57,22 @@ def script_arguments(script_args, seed: int | None) -> list[str]:
     return [argument.replace(SEED_PLACEHOLDER, str(seed)) for argument in script_args]
 
 
-def launch(script: str, script_args, folder: Path, options, timeout: float | None, cancel: threading.Event | None = None):
+def launch(
+    script: str,
+    script_args,
+    folder: Path,
+    options,
+    timeout: float | None,
+    cancel: threading.Event | None = None,
+    distributed=None,
+):
     """One run of the user's script with its own folder for what it logs:
     ``options`` is a ``LaunchOptions``; returns (ScriptResult, RunOutputs).
     The run's seed is also in ``DETAUDIT_SEED`` and in place of ``{seed}`` in
-    the script's arguments."""
+    the script's arguments.  ``distributed`` (a ``torchrun.Distributed``):
+    the run goes through torchrun, and what it logged is rank 0's (the
+    other ranks log into their own folders); a failed run's result is the
+    rank that failed first."""
     from detaudit.dynamic.launch import run_script
 
     shutil.rmtree(folder, ignore_errors=True)  # leftovers of an interrupted attempt
@@ -69,14 +80,20 @@ def launch(script: str, script_args, folder: Path, options, timeout: float | Non
     seed_env = {} if options.seed is None else {SEED_ENV: str(options.seed)}
     options.extra_env = {**options.extra_env, **seed_env, STATS_DIR_ENV: str(folder.resolve())}
     options.output_dir = folder / "launch"
-    result = run_script(
-        script,
-        script_arguments(script_args, options.seed),
-        options=options,
-        timeout=timeout,
-        cancel=cancel,
-        keep_lines_with=STDOUT_PREFIX,
-    )
+    arguments = script_arguments(script_args, options.seed)
+    if distributed is None:
+        result = run_script(
+            script, arguments, options=options, timeout=timeout, cancel=cancel, keep_lines_with=STDOUT_PREFIX
+        )
+    else:
+        from detaudit.dynamic.torchrun import run_distributed
+
+        run = run_distributed(script, arguments, options=options, distributed=distributed, timeout=timeout, cancel=cancel)
+        result = run.ranks[run.blamed_rank()] if run.failed else run.ranks[0]
+        result.warnings = run.launcher.warnings
+        result.kept_lines = [
+            line.strip() for line in result.stdout.splitlines() if line.strip().startswith(STDOUT_PREFIX)
+        ]
     outputs = read_run_outputs(folder, "\n".join(result.kept_lines))  # every metric line, however long the output
     outputs.problems.extend(result.warnings)
     return result, outputs
@@ -108,7 +125,9 @@ def _run_once(study: Study, run: PlannedRun, gpu: int | None, timeout: float | N
         record_environment=True,
     )
     started = time.monotonic()
-    result, outputs = launch(settings.script, settings.script_args, study.run_folder(run), options, timeout, cancel)
+    result, outputs = launch(
+        settings.script, settings.script_args, study.run_folder(run), options, timeout, cancel, settings.distributed()
+    )
     status = run_status(result, outputs)
     return RunRecord(
         arm=run.arm,

@@ -47,16 +47,28 @@ class StudySettings:
     deterministic: bool = False
     threads: int | None = None
     max_steps: int = 0
+    nproc_per_node: int = 0  # each run under torchrun with this many ranks (0: one process)
+    torchrun_options: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
         data["script_args"] = list(self.script_args)
+        data["torchrun_options"] = list(self.torchrun_options)
         return data
+
+    def distributed(self):
+        """The ``torchrun.Distributed`` each run is launched with (None: one process)."""
+        if not self.nproc_per_node:
+            return None
+        from detaudit.dynamic.torchrun import Distributed
+
+        return Distributed(self.nproc_per_node, self.torchrun_options)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "StudySettings":
         known = {name: data[name] for name in cls.__dataclass_fields__ if name in data}
         known["script_args"] = tuple(known.get("script_args", ()))
+        known["torchrun_options"] = tuple(known.get("torchrun_options", ()))
         return cls(**known)
 
 

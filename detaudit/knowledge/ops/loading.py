@@ -212,7 +212,10 @@ def _read_table(document: Any, origin: str) -> OpsTable:
 
 
 _ENTRY_KEYS = ("id", "summary", "spellings", "aten", "behaviours", "sources")
-_OPTIONAL_ENTRY_KEYS = ("when", "static", "alerts", "recipe", "note", "measurements")
+_OPTIONAL_ENTRY_KEYS = (
+    "when", "static", "alerts", "recipe", "note", "measurements",
+    "one_thread_deterministic", "deterministic_settings", "replacement", "hazard_by_default",
+)
 
 
 def _read_entry(raw: Any, at: _At) -> OpEntry:
@@ -226,6 +229,19 @@ def _read_entry(raw: Any, at: _At) -> OpEntry:
     entry_id = _text(raw["id"], at["id"])
     summary = _text(raw["summary"], at["summary"])
     static, recipe, note = optional_text("static"), optional_text("recipe"), optional_text("note")
+    replacement = optional_text("replacement")
+    one_thread = raw.get("one_thread_deterministic", False)
+    if not isinstance(one_thread, bool):
+        at["one_thread_deterministic"].fail("expected true or false")
+    by_default = raw.get("hazard_by_default", False)
+    if not isinstance(by_default, bool):
+        at["hazard_by_default"].fail("expected true or false")
+    if by_default and static is None:
+        at["hazard_by_default"].fail("only an entry with `static` (a run-time choice) can name its default")
+    settings = ()
+    if "deterministic_settings" in raw:
+        items = _list(raw["deterministic_settings"], at["deterministic_settings"])
+        settings = tuple(_setting_id(item, at["deterministic_settings"][i]) for i, item in enumerate(items))
     when = _conditions(raw.get("when", []), at["when"])
     spellings = tuple(
         _read_spelling(item, at["spellings"][i], when) for i, item in enumerate(_list(raw["spellings"], at["spellings"]))
@@ -252,7 +268,21 @@ def _read_entry(raw: Any, at: _At) -> OpEntry:
         sources=sources,
         recipe=recipe,
         note=note,
+        one_thread_deterministic=one_thread,
+        deterministic_settings=settings,
+        replacement=replacement,
+        hazard_by_default=by_default,
     )
+
+
+def _setting_id(value: Any, at: _At) -> str:
+    # imported here: the settings table's module imports this package
+    from detaudit.knowledge.backend_settings import backend_settings
+
+    setting_id = _text(value, at)
+    if setting_id not in {setting.id for setting in backend_settings().settings}:
+        at.fail(f"{setting_id!r} is not a setting of backend_settings.json")
+    return setting_id
 
 
 def _aten_name(value: Any, at: _At) -> str:

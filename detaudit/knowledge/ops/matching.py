@@ -142,7 +142,7 @@ def _match_spelling(
             return None
         if verdict is None:
             reasons.append(f"only when {condition.describe()}; the call passes a value not known statically")
-    if entry.static:
+    if entry.static and not entry.hazard_by_default:
         reasons.append(entry.static)
     if unknown_receiver and spelling.shared_name:
         reasons.append(f"numpy and pandas objects have .{spelling.name}() too; the receiver may not be a tensor")

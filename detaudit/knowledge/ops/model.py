@@ -145,6 +145,13 @@ class OpEntry(HasBehaviours):
     sources: tuple[Mapping[str, str], ...]
     recipe: str | None
     note: str | None
+    # what fixes it besides deterministic algorithms (read by the remedy search)
+    one_thread_deterministic: bool = False  # CPU: deterministic with one intra-op thread
+    deterministic_settings: tuple[str, ...] = ()  # settings-table ids whose safe values fix it
+    replacement: str | None = None  # what to compute instead where deterministic algorithms raise
+    # ``static`` names a run-time choice whose default is the hazard (SDPA's backend on CUDA):
+    # a call site is certain unless the code moves off the default
+    hazard_by_default: bool = False
 
     def __repr__(self) -> str:
         return f"OpEntry({self.id!r})"

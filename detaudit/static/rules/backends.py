@@ -10,7 +10,8 @@ import libcst as cst
 
 from detaudit.findings import Severity
 from detaudit.knowledge.backend_settings import Setting, backend_settings
-from detaudit.static.edits import Replace, same_quotes_string
+from detaudit.static.analyses.op_sites import decided_by_settings_here
+from detaudit.static.edits import Replace, same_quotes_string, setting_comment_words
 from detaudit.static.facts import SettingWrite, StaticValue
 from detaudit.static.rule import Invalid, Rule
 
@@ -30,10 +31,17 @@ def _safe_value(setting: Setting, like: cst.BaseExpression) -> cst.BaseExpressio
 
 
 def _replace_value(write: SettingWrite, value: StaticValue, setting: Setting) -> Replace | None:
-    """Fix a setting's value in place; unsafe when the value came from a flag default."""
+    """Fix a setting's value in place (dropping a comment about the old value);
+    unsafe when the value came from a flag default."""
     if write.value is None:
         return None
-    return Replace(write.value, _safe_value(setting, write.value), safe=value.flag is None)
+    return _replace(write.value, setting, write.target, value)
+
+
+def _replace(old: cst.BaseExpression, setting: Setting, name: str, value: StaticValue) -> Replace:
+    return Replace(
+        old, _safe_value(setting, old), safe=not value.from_default, stale_comment=setting_comment_words(name, value.describe())
+    )
 
 
 class CudnnBenchmark(Rule):
@@ -55,9 +63,21 @@ class CudnnBenchmark(Rule):
         # the flag's default keeps autotuning off
         "import argparse, torch\np = argparse.ArgumentParser()\np.add_argument('--benchmark', action='store_true')\nargs = p.parse_args()\ntorch.backends.cudnn.benchmark = args.benchmark\n",
         "from torch.backends import cudnn\nwith cudnn.flags(enabled=True, benchmark=False):\n    pass\n",
+        # a parameter whose default the only caller overrides
+        "import torch\ndef setup(cudnn_benchmark=True):\n    torch.backends.cudnn.benchmark = cudnn_benchmark\nsetup(cudnn_benchmark=False)\n",
+        # a config field set False, and one overridden where the config is built
+        "import torch\nfrom dataclasses import dataclass\n@dataclass\nclass Config:\n    benchmark: bool = False\n"
+        "torch.backends.cudnn.benchmark = Config().benchmark\n",
+        "import torch\nfrom dataclasses import dataclass\n@dataclass\nclass Config:\n    benchmark: bool = True\n"
+        "config = Config(benchmark=False)\ntorch.backends.cudnn.benchmark = config.benchmark\n",
+        # nothing says what the value is: quiet
+        "import torch\ndef setup(cudnn_benchmark):\n    torch.backends.cudnn.benchmark = cudnn_benchmark\n",
+        "import torch\nconfig = load_config()\ntorch.backends.cudnn.benchmark = config.CUDNN.BENCHMARK\n",
     )
     INVALID = (
         Invalid("import torch\ntorch.backends.cudnn.benchmark = True\n", line=2, fixed="import torch\ntorch.backends.cudnn.benchmark = False\n"),
+        # the file's convolutions are named here, not reported one by one
+        Invalid("import torch\ntorch.backends.cudnn.benchmark = True\nconv = torch.nn.Conv2d(3, 8, 3)\n", line=2, message="1 call site of torch.nn.Conv2d"),
         Invalid("import torch as T\nT.backends.cudnn.benchmark = True\n", line=2),
         Invalid("from torch.backends import cudnn as cb\ncb.benchmark = True\n", line=2),
         Invalid("import torch.backends.cudnn\ntorch.backends.cudnn.benchmark = 1\n", line=2),
@@ -71,16 +91,31 @@ class CudnnBenchmark(Rule):
             line=5,
             message="default of --benchmark",
         ),
+        # the value comes through a parameter whose default no caller overrides
+        Invalid(
+            "import torch\ndef setup(seed, cudnn_benchmark=True):\n    torch.backends.cudnn.benchmark = cudnn_benchmark\nsetup(0)\n",
+            line=3,
+            message="the default of parameter cudnn_benchmark of setup(), line 2",
+        ),
+        # ... or from a config class's field default
+        Invalid(
+            "import torch\nfrom dataclasses import dataclass\n@dataclass\nclass Config:\n    benchmark: bool = True\n"
+            "config = Config()\ntorch.backends.cudnn.benchmark = config.benchmark\n",
+            line=7,
+            message="the default set at",
+        ),
     )
 
     def finish(self) -> None:
         for write in self.facts.settings_of(*_CUDNN_BENCHMARK.attributes):
-            value = self.facts.evaluate(write.value)
+            value = self.analyses.values.evaluate(write.value, write.scope)
             if value.truthy:
                 attribute = write.target.rpartition(".")[2]
+                convolutions = decided_by_settings_here(self.analyses.op_sites)
                 self.report(
                     write.node,
-                    f"cuDNN autotuning turned on ({attribute} = {value.describe()}): algorithm choice can differ between runs.",
+                    f"cuDNN autotuning turned on ({attribute} = {value.describe()}): the algorithm choice of every convolution"
+                    f"{' (' + convolutions + ')' if convolutions else ''} can differ between runs.",
                     fix=_replace_value(write, value, _CUDNN_BENCHMARK),
                 )
 
@@ -147,7 +182,7 @@ class TF32(Rule):
             setting = _REDUCED_PRECISION_ATTRIBUTES.get(write.target)
             if setting is None:
                 continue
-            value = facts.evaluate(write.value)
+            value = self.analyses.values.evaluate(write.value, write.scope)
             if isinstance(setting.safe, bool):  # an on/off switch: any truthy value turns TF32 on
                 if value.truthy:
                     self.report(
@@ -164,10 +199,10 @@ class TF32(Rule):
         for call in facts.calls_to(*_REDUCED_PRECISION_SETTERS):
             setting, spelling = _REDUCED_PRECISION_SETTERS[call.qualname]
             argument = call.value_node(spelling.argument, spelling.position)
-            value = facts.evaluate(argument)
+            value = self.analyses.values.evaluate(argument, call.scope)
             if value.is_(*setting.risky):
                 self.report(
                     call.node,
                     f"float32 matmuls may use TF32/bf16: {call.qualname.rpartition('.')[2]}({value.describe()}).",
-                    fix=Replace(argument, _safe_value(setting, argument), safe=value.flag is None),
+                    fix=_replace(argument, setting, call.qualname, value),
                 )

@@ -7,13 +7,15 @@ everywhere).  This rule reports what still breaks:
 
 - shuffling (``DataLoader(shuffle=True)``, ``random_split``) with neither a
   ``generator=`` nor a seeded main torch RNG: the order and the worker seeds
-  differ per run;
+  differ per run.  In a script that draws from the unseeded torch RNG this is
+  part of its one missing-torch-seed finding (one cause, one fix), so it is
+  reported here only where no seed rule speaks (a module that only builds a loader);
 - workers inheriting RNG state torch does not reseed (OpenCV, imgaug, a
   module-level ``random.Random``/``np.random.RandomState``/``default_rng``
   instance used by the file's code) with no ``worker_init_fn``: every worker
   draws the same "random" augmentations;
 - ``DistributedSampler`` shuffling without ``set_epoch`` (the same order every
-  epoch) or seeded from the rank (ranks draw overlapping samples).
+  epoch).  A sampler seeded from the rank is distributed-sampler-rank-seed's.
 
 Only datasets and samplers defined in the checked file are seen.
 """
@@ -30,17 +32,26 @@ from detaudit.knowledge.apis import (
     DISTRIBUTED_SAMPLER,
     GENERATOR_KEYWORD,
     RANDOM_SPLIT,
-    RANK_NAMES,
-    RNG_INSTANCE_CONSTRUCTORS,
     TORCH,
-    UNRESEEDED_WORKER_RNG_CALLS,
-    UNRESEEDED_WORKER_RNG_MODULES,
 )
-from detaudit.static.edits import seeded_loader_fix
+from detaudit.static.analyses.helpers import helper_calls
+from detaudit.static.edits import Replace, with_keyword_arguments
 from detaudit.static.facts import CallFact
+from detaudit.static.fix_code import seeded_generator
 from detaudit.static.names import dotted_name
 from detaudit.static.rule import Invalid, Rule
-from detaudit.static.rules.seeds import analyse
+
+
+#: Global RNG state torch does NOT reseed in DataLoader workers (it reseeds
+#: ``random``, numpy's legacy global RNG and torch; worker.py since torch 1.9).
+#: Forked workers inherit these states, so every worker draws the same numbers.
+UNRESEEDED_WORKER_RNG_CALLS = frozenset({"cv2.randu", "cv2.randn", "cv2.randShuffle"})
+UNRESEEDED_WORKER_RNG_MODULES = ("imgaug",)
+
+#: Generator objects whose state a worker inherits when created at module level.
+RNG_INSTANCE_CONSTRUCTORS = frozenset(
+    {"random.Random", "numpy.random.RandomState", "numpy.random.default_rng", "numpy.random.Generator"}
+)
 
 #: ``DataLoader(dataset, batch_size, shuffle, sampler, batch_sampler, num_workers, collate_fn, pin_memory, drop_last, timeout, worker_init_fn, ...)``
 _NUM_WORKERS = ("num_workers", 5)
@@ -50,7 +61,6 @@ _LOADER_GENERATOR = (GENERATOR_KEYWORD, 12)
 _SPLIT_GENERATOR = (GENERATOR_KEYWORD, 2)
 #: ``DistributedSampler(dataset, num_replicas, rank, shuffle=True, seed=0, drop_last)``
 _SAMPLER_SHUFFLE = ("shuffle", 3)
-_SAMPLER_SEED = ("seed", 4)
 
 
 class DataloaderWorkerSeed(Rule):
@@ -69,11 +79,15 @@ class DataloaderWorkerSeed(Rule):
         `default_rng` instance), which forked workers inherit identically, so
         each worker repeats the same augmentations; and a `DistributedSampler`
         that shuffles without `set_epoch(epoch)` each epoch (the same order every
-        epoch) or is seeded from the rank (ranks' shards overlap).
+        epoch).  A shuffling loader in a script that draws from the unseeded torch
+        RNG anyway is named in that script's missing-torch-seed finding: one
+        cause, one fix, one finding.  In a script that never trains (inference,
+        evaluation, export) the order it evaluates in changes no result, as
+        for the seed rules.
         """
     fix_hint = (
         "Pass `generator=torch.Generator().manual_seed(SEED)` (or seed torch); reseed non-torch RNGs in a "
-        "`worker_init_fn`; call `sampler.set_epoch(epoch)` every epoch and give every rank the same sampler seed."
+        "`worker_init_fn`; call `sampler.set_epoch(epoch)` every epoch."
     )
     VALID = (
         # the main torch RNG is seeded: shuffle order and worker seeds follow from it
@@ -91,16 +105,19 @@ class DataloaderWorkerSeed(Rule):
         "import torch\nfrom torch.utils.data import DataLoader, DistributedSampler\ntorch.manual_seed(0)\n"
         "def train(ds, epochs):\n    sampler = DistributedSampler(ds, seed=0)\n    loader = DataLoader(ds, sampler=sampler)\n"
         "    for epoch in range(epochs):\n        sampler.set_epoch(epoch)\n",
+        # a script that never seeds torch: its one missing-torch-seed finding names this loader
+        "import torch\nfrom torch.utils.data import DataLoader\nmodel = torch.nn.Linear(2, 2)\n"
+        "for batch in DataLoader(range(10), shuffle=True):\n    model(batch)\n",
         # a library helper: the calling script seeds
         "from torch.utils.data import DataLoader\ndef make_loader(ds):\n    return DataLoader(ds, shuffle=True)\n",
     )
     INVALID = (
         Invalid(
-            "import torch\nfrom torch.utils.data import DataLoader\nloader = DataLoader(range(10), batch_size=2, shuffle=True)\n",
+            "import torch\nfrom torch.utils.data import DataLoader\nloader = DataLoader(range(10), batch_size=2, shuffle=True)\nopt = torch.optim.SGD([], lr=0.1)\n",
             line=3,
             message="generator=",
         ),
-        Invalid("import torch\nfrom torch.utils.data import random_split\ntrain, val = random_split(range(10), [8, 2])\n", line=3),
+        Invalid("import torch\nfrom torch.utils.data import random_split\ntrain, val = random_split(range(10), [8, 2])\nopt = torch.optim.SGD([], lr=0.1)\n", line=3),
         Invalid(
             "import cv2, torch\nfrom torch.utils.data import DataLoader, Dataset\ntorch.manual_seed(0)\n"
             "class Noise(Dataset):\n    def __getitem__(self, i):\n        img = cv2.imread(f'{i}.png')\n        cv2.randn(img, 0, 25)\n        return img\n"
@@ -120,12 +137,6 @@ class DataloaderWorkerSeed(Rule):
             "    for epoch in range(3):\n        for batch in loader:\n            pass\n",
             line=5,
             message="set_epoch",
-        ),
-        Invalid(
-            "import torch, torch.distributed as dist\nfrom torch.utils.data import DistributedSampler\ntorch.manual_seed(0)\n"
-            "sampler = DistributedSampler(range(10), seed=42 + dist.get_rank())\nsampler.set_epoch(0)\n",
-            line=4,
-            message="rank",
         ),
     )
 
@@ -153,23 +164,24 @@ class DataloaderWorkerSeed(Rule):
             else:
                 self._distributed_sampler(call)
 
-    def _runs_as_script(self, call: CallFact) -> bool:
-        """A library helper's caller decides the seed; a script's own code is checked."""
-        return call.scope.at_module_level or self.facts.has_main_guard
-
     def _unseeded_shuffle(self, call: CallFact, what: str, shuffles: bool, generator_parameter: tuple) -> None:
-        if not shuffles or not self._runs_as_script(call):
+        if not shuffles or not self.analyses.script.reaches(call):
             return
         generator = call.value_node(*generator_parameter)
         if generator is not None and not self.facts.evaluate(generator).is_(None):
             return
-        if TORCH in analyse(self).seeded:
+        seeding = self.analyses.seeding
+        if TORCH in seeding.seeded:
             return
+        if TORCH in seeding.first_draw:
+            return  # the file's one missing-torch-seed (or conditional-seed) finding names this order
+        if not seeding.trains:
+            return  # a script that never trains: the order it evaluates in changes no result
         self.report(
             call.node,
             f"{what} draws its order from the torch RNG, which this file never seeds, and has no seeded generator=: "
             "the order (and the worker seeds) differ per run.",
-            fix=seeded_loader_fix(call, generator_parameter, _WORKER_INIT_FN if generator_parameter == _LOADER_GENERATOR else None),
+            fix=seeded_loader_fix(self, call, generator_parameter, _WORKER_INIT_FN if generator_parameter == _LOADER_GENERATOR else None),
         )
 
     def _starts_workers(self, call: CallFact) -> bool:
@@ -205,31 +217,51 @@ class DataloaderWorkerSeed(Rule):
         return any(id(c.node) in values and c.scope.function is None for c in self.facts.calls)
 
     def _distributed_sampler(self, call: CallFact) -> None:
-        seed = call.value_node(*_SAMPLER_SEED)
-        rank_names = set(_identifiers_in(seed)) & RANK_NAMES if seed is not None else set()
-        if rank_names:
-            self.report(
-                call.node,
-                f"DistributedSampler seeded from the rank ({', '.join(sorted(rank_names))}): each rank shuffles "
-                "differently, so shards overlap and some samples are skipped.",
-            )
-            return
         shuffle = call.value_node(*_SAMPLER_SHUFFLE)
         shuffles = shuffle is None or self.facts.evaluate(shuffle).truthy
-        if shuffles and self._runs_as_script(call) and not any(c.method == "set_epoch" for c in self.facts.calls):
+        if shuffles and self.analyses.script.reaches(call) and not self._sets_epoch():
             self.report(
                 call.node,
                 "DistributedSampler shuffles but set_epoch() is never called: every epoch repeats the first epoch's order.",
             )
 
 
-def _identifiers_in(node: cst.CSTNode):
-    """Lower-cased names, attributes and string keys (``os.environ["RANK"]``) in ``node``."""
-    if isinstance(node, cst.Name):
-        yield node.value.lower()
-    elif isinstance(node, cst.Attribute):
-        yield node.attr.value.lower()
-    elif isinstance(node, cst.SimpleString) and isinstance(node.evaluated_value, str):
-        yield node.evaluated_value.lower()
-    for child in node.children:
-        yield from _identifiers_in(child)
+    def _sets_epoch(self) -> bool:
+        """``set_epoch`` is called in this file or in a project helper it calls
+        (``train_one_epoch(loader, epoch)`` in another module)."""
+        if any(c.method == "set_epoch" for c in self.facts.calls):
+            return True
+        callees = {call.qualname: call for call in self.facts.calls if call.qualname is not None}
+        for call in callees.values():
+            helper = helper_calls(self.context, call, ("set_epoch",))
+            if helper is not None and any(c.method == "set_epoch" for c in helper[1]):
+                return True
+        return False
+
+
+def seeded_loader_fix(
+    rule: Rule, call: CallFact, generator_parameter: tuple[str, int], worker_init_parameter: tuple[str, int] | None = None
+) -> Replace | None:
+    """Give a shuffling ``DataLoader`` / ``random_split`` call the fix style's
+    seeded ``generator=`` (``torch.Generator().manual_seed(0)``; and, for a
+    DataLoader without one, the style's ``worker_init_fn=``, if it has one).
+    Parameters are (keyword, position)."""
+    if call.has_star_args:
+        return None  # ``**options`` may already pass them
+    code = seeded_generator(rule.facts.names.bindings(), rule.context.fix_style)
+    if code is None:
+        return None
+    generator_code, worker_init_fn = code
+    generator = cst.parse_expression(generator_code.lines[0])
+    added: list[tuple[str, cst.BaseExpression]] = []
+    if worker_init_fn is not None and worker_init_parameter is not None and call.argument(*worker_init_parameter) is None:
+        added.append((worker_init_parameter[0], cst.parse_expression(worker_init_fn)))
+    existing = call.argument(*generator_parameter)  # ``generator=None``
+    new_call = call.node
+    if existing is None:
+        added.append((generator_parameter[0], generator))
+    else:
+        new_call = new_call.with_changes(args=[arg.with_changes(value=generator) if arg is existing else arg for arg in new_call.args])
+    if added:
+        new_call = with_keyword_arguments(new_call, added)
+    return Replace(call.node, new_call, imports=generator_code.imports)

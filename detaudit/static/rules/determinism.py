@@ -1,36 +1,44 @@
 """Whether a file asks for deterministic algorithms, and the ways that request goes wrong.
 
-``determinism_state(facts)`` is the one place that decides "does this file
-enable deterministic algorithms?"; the rules here, compile-autotune and
-nondeterministic-op all read it.  Which calls switch determinism, with which
-arguments, is data in ``detaudit.knowledge.apis.DETERMINISM_SWITCHES`` and (for
-torch's own switches) in the settings table, ``knowledge/backend_settings.json``.
+Every rule here reads the file's determinism state (``self.analyses.determinism``,
+``detaudit.static.analyses.determinism``), the one place that decides "does
+this file enable deterministic algorithms?".  What the cuBLAS variable and
+Inductor's deterministic options are comes from the settings table
+(``knowledge/backend_settings.json``).
 """
 
 from __future__ import annotations
-
-from dataclasses import dataclass, field
 
 import libcst as cst
 
 from detaudit.findings import Severity
 from detaudit.knowledge.apis import (
-    COMPILE_AUTOTUNE_MODES,
-    DETERMINISM_SWITCHES,
     FRAMEWORK_BENCHMARK_OPTIONS,
-    INDUCTOR_AUTOTUNE_ENVIRONMENT,
-    INDUCTOR_AUTOTUNE_OPTIONS,
-    INDUCTOR_CONFIG,
-    TORCH_OPTIMIZER_NAMESPACE,
-    TRAINER_CLASSES,
+    TRAINER_DEFAULTS_ARGUMENTS,
     TRUTHY_ENVIRONMENT_VALUES,
-    WELL_KNOWN_LIBRARIES,
-    DeterminismSwitch,
 )
 from detaudit.knowledge.backend_settings import backend_settings
-from detaudit.static.edits import Replace, determinism_fix
-from detaudit.static.facts import UNKNOWN, CallFact, FileFacts, SettingWrite, StaticValue
+from detaudit.static.analyses.determinism import trainer_default
+from detaudit.static.analyses.op_sites import decided_by_settings_here
+from detaudit.static.edits import InsertStatement, Replace, setting_comment_words, setup_position
+from detaudit.static.facts import CallFact, StaticValue
+from detaudit.static.fix_code import determinism_code
 from detaudit.static.rule import Invalid, Rule
+
+
+#: ``torch.compile`` modes that pick kernels by timing them (torch 2.13
+#: ``torch._inductor.list_mode_options``: max_autotune + coordinate_descent_tuning).
+COMPILE_AUTOTUNE_MODES = frozenset({"max-autotune", "max-autotune-no-cudagraphs"})
+INDUCTOR_CONFIG = "torch._inductor.config"
+#: Inductor options that benchmark candidate kernels and keep the fastest.
+INDUCTOR_AUTOTUNE_OPTIONS = frozenset(
+    {"max_autotune", "max_autotune_gemm", "max_autotune_pointwise", "coordinate_descent_tuning"}
+)
+#: Environment variables that turn those options on ("1").
+INDUCTOR_AUTOTUNE_ENVIRONMENT = frozenset(
+    {"TORCHINDUCTOR_MAX_AUTOTUNE", "TORCHINDUCTOR_MAX_AUTOTUNE_GEMM",
+     "TORCHINDUCTOR_MAX_AUTOTUNE_POINTWISE", "TORCHINDUCTOR_COORDINATE_DESCENT_TUNING"}
+)
 
 # -- what the settings table says about the switches these rules read ---------------
 _SETTINGS = backend_settings()
@@ -38,151 +46,12 @@ _CUBLAS = _SETTINGS["cublas-workspace-config"]
 CUBLAS_VARIABLE = _CUBLAS.environment_variables[0]
 CUBLAS_WORKSPACE_CONFIG_VALUES = _CUBLAS.accepted
 _CUBLAS_FIXED_IN = _CUBLAS.matters.torch.removeprefix("<")  # needed before this torch
-#: Writes that make one library pick deterministic kernels (cudnn/mkldnn ``deterministic``).
-LIBRARY_DETERMINISM_SETTINGS = frozenset(
-    attribute for s in _SETTINGS.in_hazard("deterministic-kernels") for attribute in s.attributes
-)
-#: The debug-mode setter, and each of its modes -> (deterministic algorithms on, warn only).
-_DEBUG_MODE = next(w for w in _SETTINGS["deterministic-algorithms"].writers if w.values)
-_DEBUG_MODE_WARNS = dict(next(w for w in _SETTINGS["deterministic-warn-only"].writers if w.write == _DEBUG_MODE.write).values)
-DETERMINISTIC_DEBUG_MODES = {mode: (on, _DEBUG_MODE_WARNS[mode]) for mode, on in _DEBUG_MODE.values}
 #: Inductor options and variables that make it pick kernels without timing them.
+#: The Lightning Trainer option that turns cuDNN autotuning on (also in ``trainer_defaults``)
+_LIGHTNING_BENCHMARK = FRAMEWORK_BENCHMARK_OPTIONS["lightning.pytorch.Trainer"]
 _INDUCTOR_DETERMINISM = (_SETTINGS["inductor-deterministic"], _SETTINGS["inductor-batch-invariant"])
 INDUCTOR_DETERMINISTIC_OPTIONS = frozenset(a.rpartition(".")[2] for s in _INDUCTOR_DETERMINISM for a in s.attributes)
 INDUCTOR_DETERMINISTIC_ENVIRONMENT = frozenset(v for s in _INDUCTOR_DETERMINISM for v in s.environment_variables)
-
-
-@dataclass(frozen=True)
-class DeterminismRequest:
-    """One call that switches deterministic algorithms on or off.
-
-    ``enabled``/``warn_only`` are what the linter knows of the call's arguments
-    (flag defaults included); ``explicit`` says the on/off value was passed
-    rather than left at the callee's default.
-    """
-
-    call: CallFact
-    switch: DeterminismSwitch | None  # None for set_deterministic_debug_mode
-    enabled: StaticValue
-    warn_only: StaticValue
-    explicit: bool
-    value_node: cst.BaseExpression | None
-
-    @property
-    def turns_on(self) -> bool:
-        return self.enabled.truthy
-
-    @property
-    def turns_off(self) -> bool:
-        return self.explicit and self.enabled.falsy
-
-    @property
-    def sets_cublas_workspace(self) -> bool:
-        return self.switch is not None and self.switch.sets_cublas_workspace
-
-    @property
-    def framework(self) -> str | None:
-        return self.switch.framework if self.switch is not None else None
-
-
-@dataclass
-class DeterminismState:
-    """What a file says about deterministic algorithms."""
-
-    requests: list[DeterminismRequest] = field(default_factory=list)
-    #: writes of cudnn/mkldnn ``deterministic`` (one library's kernels only)
-    library_settings: list[SettingWrite] = field(default_factory=list)
-    #: some other call passes ``deterministic=`` or names determinism (a project helper)
-    mentions_helper: bool = False
-
-    @property
-    def enabled(self) -> bool:
-        """Deterministic algorithms are turned on somewhere in the file."""
-        return any(r.turns_on for r in self.requests)
-
-    @property
-    def warn_only(self) -> bool:
-        """Every request that turns them on only warns (nondeterministic ops still run)."""
-        on = [r for r in self.requests if r.turns_on]
-        return bool(on) and all(r.warn_only.truthy for r in on)
-
-    @property
-    def addressed(self) -> bool:
-        """The author made a choice about determinism (on, off or through a helper)."""
-        return bool(self.requests or self.library_settings or self.mentions_helper)
-
-
-def determinism_state(facts: FileFacts) -> DeterminismState:
-    """The file's determinism requests, computed once per file and shared by rules."""
-    state = facts.derived.get("determinism")
-    if state is None:
-        state = facts.derived["determinism"] = _collect_state(facts)
-    return state
-
-
-def _collect_state(facts: FileFacts) -> DeterminismState:
-    state = DeterminismState(library_settings=list(facts.settings_of(*LIBRARY_DETERMINISM_SETTINGS)))
-    for call in facts.calls:
-        switch = DETERMINISM_SWITCHES.get(call.qualname) if call.qualname else None
-        if switch is not None:
-            request = _switch_request(facts, call, switch)
-            if request is not None:
-                state.requests.append(request)
-        elif call.qualname == _DEBUG_MODE.write:
-            state.requests.append(_debug_mode_request(facts, call))
-        elif _names_determinism(call):
-            state.mentions_helper = True
-    return state
-
-
-def _switch_request(facts: FileFacts, call: CallFact, switch: DeterminismSwitch) -> DeterminismRequest | None:
-    if switch.argument is None:
-        enabled, explicit, node = StaticValue(True, True), True, None
-    else:
-        node = call.value_node(switch.argument, switch.position)
-        explicit = node is not None
-        if not explicit and switch.default is not None:
-            enabled = StaticValue(True, switch.default)
-        elif not explicit:
-            return None  # e.g. Lightning's Trainer() leaves determinism alone by default
-        else:
-            enabled = UNKNOWN if call.has_star_args and node is None else facts.evaluate(node)
-    warn_only = StaticValue(True, False)
-    if switch.warn_value is not None and enabled.is_(switch.warn_value):
-        warn_only = StaticValue(True, True, enabled.flag)
-    elif switch.warn_only is not None:
-        keyword, position, warn_value = switch.warn_only
-        warn_node = call.value_node(keyword, position)
-        if warn_node is not None:
-            value = facts.evaluate(warn_node)
-            warn_only = StaticValue(True, value.value == warn_value, value.flag) if value.known else UNKNOWN
-    return DeterminismRequest(call, switch, enabled, warn_only, explicit, node)
-
-
-def _debug_mode_request(facts: FileFacts, call: CallFact) -> DeterminismRequest:
-    node = call.value_node("debug_mode", 0)
-    value = facts.evaluate(node)
-    mode = DETERMINISTIC_DEBUG_MODES.get(value.value) if value.known and isinstance(value.value, (str, int)) else None
-    if mode is None:
-        return DeterminismRequest(call, None, UNKNOWN, UNKNOWN, node is not None, node)
-    on, warn = mode
-    return DeterminismRequest(call, None, StaticValue(True, on, value.flag), StaticValue(True, warn), True, node)
-
-
-def _names_determinism(call: CallFact) -> bool:
-    """A project helper such as ``setup(seed, deterministic=True)`` or ``make_deterministic()``."""
-    if project_helper_named(call, "determinis"):
-        return True
-    return any(arg.keyword is not None and "determinis" in arg.keyword.value for arg in call.node.args)
-
-
-def project_helper_named(call: CallFact, word: str) -> bool:
-    """A call of a project-local helper whose name contains ``word`` (``set_seed``,
-    ``make_deterministic``): its body is out of sight, so it is taken at its word.
-    Library functions are matched by their real names instead."""
-    root = (call.qualname or "").split(".", 1)[0]
-    callee = call.method or (call.qualname or "").rpartition(".")[2]
-    return root not in WELL_KNOWN_LIBRARIES and word in callee.lower()
 
 
 def describe_call(call: CallFact) -> str:
@@ -190,34 +59,54 @@ def describe_call(call: CallFact) -> str:
     return (call.qualname or call.method or "call").rpartition(".")[2]
 
 
-def is_training_script(facts: FileFacts) -> CallFact | None:
-    """The call that makes this file a PyTorch training script (an optimiser
-    built, a ``.backward()``, a framework trainer), or None."""
-    return script_evidence(facts, lambda call: _is_training_call(facts, call), prefer=lambda call: call.method != "backward")
+def determinism_fix(rule: Rule, before: CallFact) -> tuple[InsertStatement, ...] | None:
+    """The fix style's request for deterministic algorithms (``fix_code.determinism_code``)
+    right after the file's last seeding call that runs before ``before`` (in
+    the same block), else after the imports: at module level it runs once per
+    process.
 
-
-def script_evidence(facts: FileFacts, is_evidence, prefer=lambda call: True) -> CallFact | None:
-    """The first call satisfying ``is_evidence`` (one satisfying ``prefer`` if
-    any) when the file is a script, else None.  Library modules (no main guard
-    and no such call at module level) are not scripts: whoever imports them
-    decides about seeds and determinism."""
-    evidence = [c for c in facts.calls if is_evidence(c)]
-    if not evidence:
+    Unsafe: a nondeterministic op without a deterministic implementation then
+    raises, which changes what the program does."""
+    code = determinism_code(rule.facts.names.bindings(), rule.context.fix_style)
+    if code is None:
         return None
-    if not facts.has_main_guard and not any(c.scope.at_module_level for c in evidence):
-        return None
-    preferred = [c for c in evidence if prefer(c)]
-    return (preferred or evidence)[0]
+
+    def insert(anchor: cst.BaseStatement, before_anchor: bool = False) -> tuple[InsertStatement, ...]:
+        return tuple(InsertStatement(anchor, line, before=before_anchor, imports=code.imports, safe=False) for line in code.lines)
+
+    last_seeding = None  # after the last one: a block of seeding calls stays together
+    for call in rule.facts.calls:
+        if call.order >= before.order:
+            break
+        if call.scope.function not in (None, before.scope.function) or not call.scope.straight_line:
+            continue
+        statement = _statement_holding(rule, call)
+        if statement is not None and rule.analyses.rng_effects.call_effects(call).seeds:
+            last_seeding = statement
+    if last_seeding is not None:
+        return insert(last_seeding)
+    return insert(*setup_position(rule.context.module, before.scope.top_level_index))
 
 
-def _is_training_call(facts: FileFacts, call: CallFact) -> bool:
-    qualname = call.qualname or ""
-    namespace, _, name = qualname.rpartition(".")
-    if namespace == TORCH_OPTIMIZER_NAMESPACE and name[:1].isupper():
-        return True
-    if qualname in TRAINER_CLASSES:
-        return True
-    return call.method == "backward" and facts.imports_module("torch")
+def _statement_holding(rule: Rule, call: CallFact) -> cst.SimpleStatementLine | None:
+    """The statement that is ``call`` (``f(x)`` or ``y = f(x)``) in the block of
+    its function, the module or the main guard; None when it is nested deeper."""
+    if call.scope.function is not None:
+        function = rule.facts.functions.get(call.scope.function)
+        blocks = [function.body.body] if function is not None and isinstance(function.body, cst.IndentedBlock) else []
+    else:
+        module = rule.context.module
+        top = module.body[call.scope.top_level_index] if call.scope.top_level_index < len(module.body) else None
+        blocks = [[top]] if top is not None else []
+        if isinstance(top, cst.If) and isinstance(top.body, cst.IndentedBlock):
+            blocks.append(top.body.body)  # the main guard
+    for block in blocks:
+        for statement in block:
+            if isinstance(statement, cst.SimpleStatementLine) and any(
+                getattr(small, "value", None) is call.node for small in statement.body
+            ):
+                return statement
+    return None
 
 
 # -- rules -----------------------------------------------------------------------
@@ -235,7 +124,9 @@ class DeterminismNotRequested(Rule):
         swaps in deterministic kernels where they exist and raises where they do
         not, so every nondeterministic op becomes visible.  Leaving it off is a
         legitimate choice (it costs speed), so this is informational: it tells
-        you that two runs with the same seed may still differ.
+        you that two runs with the same seed may still differ.  cuDNN's choice
+        of convolution algorithm is named here (with the file's convolutions),
+        once, not at every `Conv2d`: one setting decides it for the process.
         """
     fix_hint = (
         "Call `torch.use_deterministic_algorithms(True)` at start-up (or Lightning `Trainer(deterministic=True)`, "
@@ -255,6 +146,8 @@ class DeterminismNotRequested(Rule):
         "import torch\nfrom utils import setup\nsetup(seed=0, deterministic=True)\nopt = torch.optim.SGD([], lr=0.1)\n",
         # a library module: no main guard, training code only inside functions
         "import torch\n\ndef train(model):\n    opt = torch.optim.SGD(model.parameters(), lr=0.1)\n    model(1).sum().backward()\n",
+        # set_seed asked for deterministic kernels
+        "from transformers import set_seed\nimport torch\nset_seed(0, deterministic=True)\nopt = torch.optim.AdamW([], lr=0.1)\n",
         # turned off on purpose is deterministic-off's business, not this rule's
         "import torch\ntorch.use_deterministic_algorithms(False)\nopt = torch.optim.SGD([], lr=0.1)\n",
     )
@@ -264,22 +157,51 @@ class DeterminismNotRequested(Rule):
             line=3,
             message="never enables deterministic algorithms",
         ),
+        # cuDNN's switch only under an option that is off by default
+        Invalid(
+            "import argparse, torch\np = argparse.ArgumentParser()\np.add_argument('--seed', type=int, default=None)\n"
+            "args = p.parse_args()\nif args.seed is not None:\n    torch.manual_seed(args.seed)\n"
+            "    torch.backends.cudnn.deterministic = True\nopt = torch.optim.SGD([], lr=0.1)\n",
+            line=8,
+            message="only when `args.seed is not None` is True",
+        ),
+        # transformers' set_seed seeds, but leaves deterministic=False
+        Invalid(
+            "from transformers import set_seed\nimport torch\nset_seed(0)\nopt = torch.optim.AdamW([], lr=0.1)\n",
+            line=4,
+            message="never enables deterministic algorithms",
+        ),
         Invalid(
             "import torch\n\ndef main():\n    x = torch.ones(2, requires_grad=True)\n    (x * 2).sum().backward()\n\n"
             "if __name__ == '__main__':\n    main()\n",
             line=5,
         ),
         Invalid("import pytorch_lightning as pl\n\nif __name__ == '__main__':\n    pl.Trainer(max_epochs=1).fit(model)\n", line=4),
+        Invalid(
+            "import torch\nnet = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3), torch.nn.ConvTranspose2d(8, 3, 3))\n"
+            "opt = torch.optim.SGD(net.parameters(), lr=0.1)\n",
+            line=3,
+            message="2 call sites of torch.nn.Conv2d and torch.nn.ConvTranspose2d",
+        ),
     )
 
     def finish(self) -> None:
-        evidence = is_training_script(self.facts)
-        if evidence is None or determinism_state(self.facts).addressed:
+        evidence = self.analyses.training
+        if evidence is None or self.analyses.determinism.addressed:
             return
+        convolutions = decided_by_settings_here(self.analyses.op_sites)
+        optional = self.analyses.determinism.off_by_default
+        only_when = ""
+        if optional:
+            condition, value = optional[0]
+            test = " ".join(self.context.module.code_for_node(condition.test).split())
+            default = f" (with the default of --{value.flag} it is {bool(value.value)})" if value.flag else ""
+            only_when = f" by default: only when `{test}` is {not value.value}{default} does it ask for them, and"
         self.report(
             evidence.node,
-            "training script never enables deterministic algorithms: nondeterministic kernels "
-            "(atomicAdd scatter/index ops, pooling/upsampling backward, cuDNN algorithm choice) run silently.",
+            f"training script never enables deterministic algorithms{only_when or ':'} nondeterministic kernels "
+            "(atomicAdd scatter/index ops, pooling/upsampling backward, cuDNN algorithm choice for every convolution"
+            f"{': ' + convolutions if convolutions else ''}) run silently.",
             fix=determinism_fix(self, evidence),
         )
 
@@ -334,7 +256,7 @@ class DeterministicOff(Rule):
     )
 
     def finish(self) -> None:
-        state = determinism_state(self.facts)
+        state = self.analyses.determinism
         for request in state.requests:
             if request.turns_off and request.framework is None and not _restores_in_finally(request.call):
                 self.report(
@@ -344,9 +266,12 @@ class DeterministicOff(Rule):
         if state.enabled:
             return
         for write in state.library_settings:
-            value = self.facts.evaluate(write.value)
+            value = self.analyses.values.evaluate(write.value, write.scope)
             if value.is_(False, 0):  # None (as in ``cudnn.flags(deterministic=None)``) keeps the setting
-                fix = Replace(write.value, cst.Name("True"), safe=value.flag is None) if write.value is not None else None
+                fix = None
+                if write.value is not None:
+                    stale = setting_comment_words(write.target, value.describe())
+                    fix = Replace(write.value, cst.Name("True"), safe=not value.from_default, stale_comment=stale)
                 self.report(write.node, f"deterministic kernels turned off: {write.target} = {value.describe()}.", fix=fix)
 
 
@@ -394,7 +319,7 @@ class DeterministicWarnOnly(Rule):
     )
 
     def finish(self) -> None:
-        for request in determinism_state(self.facts).requests:
+        for request in self.analyses.determinism.requests:
             if request.turns_on and request.warn_only.truthy:
                 who = request.framework or describe_call(request.call)
                 self.report(
@@ -447,11 +372,11 @@ class CublasWorkspaceConfig(Rule):
 
     def finish(self) -> None:
         facts = self.facts
-        requests = [r for r in determinism_state(facts).requests if r.turns_on]
+        requests = [r for r in self.analyses.determinism.requests if r.turns_on]
         if any(r.sets_cublas_workspace for r in requests):
             return
         # a library function that switches the mode for its caller runs under the caller's environment
-        requests = [r for r in requests if r.call.scope.at_module_level or facts.has_main_guard]
+        requests = [r for r in requests if self.analyses.script.reaches(r.call)]
         if not requests:
             return
         writes = list(facts.environment_writes(CUBLAS_VARIABLE))
@@ -492,16 +417,27 @@ class FrameworkDeterminismOff(Rule):
         # the default of TrainingArguments is no full determinism: not a decision in this file
         "import torch\nfrom transformers import TrainingArguments\nargs = TrainingArguments('out', seed=42)\n",
         "import pytorch_lightning as pl\ntrainer = pl.Trainer(benchmark=False)\n",
+        "from lightning.pytorch.cli import LightningCLI\nLightningCLI(trainer_defaults={'benchmark': False, 'deterministic': True})\n",
+        # a parameter a caller sets: the value is not known
+        "import lightning as L\ndef fit(benchmark=True):\n    L.Trainer(benchmark=benchmark)\nfit(benchmark=use_benchmark)\n",
     )
     INVALID = (
         Invalid("import torch, lightning as L\ntrainer = L.Trainer(deterministic=False, benchmark=True)\n", line=2, message="Lightning Trainer"),
         Invalid("import pytorch_lightning as pl\ntrainer = pl.Trainer(benchmark=True)\n", line=2, message="benchmark"),
         Invalid("import torch\nfrom transformers import TrainingArguments\nargs = TrainingArguments('out', full_determinism=False)\n", line=3),
+        # the Trainer LightningCLI builds gets these options unless the command line changes them
+        Invalid("from lightning.pytorch.cli import LightningCLI\nLightningCLI(trainer_defaults={'benchmark': True})\n", line=2, message="benchmark=True"),
+        Invalid("import torch\nfrom lightning.pytorch.cli import LightningCLI\nLightningCLI(trainer_defaults={'deterministic': False})\n", line=3),
+        Invalid(
+            "import lightning as L\ndef fit(benchmark=True):\n    L.Trainer(benchmark=benchmark)\nfit()\n",
+            line=3,
+            message="the default of parameter benchmark of fit()",
+        ),
     )
 
     def finish(self) -> None:
         facts = self.facts
-        for request in determinism_state(facts).requests:
+        for request in self.analyses.determinism.requests:
             if request.turns_off and request.framework is not None:
                 self.report(
                     request.value_node or request.call.node,
@@ -510,12 +446,28 @@ class FrameworkDeterminismOff(Rule):
         for call in facts.calls:
             option = FRAMEWORK_BENCHMARK_OPTIONS.get(call.qualname) if call.qualname else None
             if option is not None:
-                value = facts.evaluate(call.value_node(option))
-                if value.truthy:
-                    self.report(
-                        call.value_node(option),
-                        f"{option}={value.describe()} turns cuDNN autotuning on: algorithm choice can differ between runs.",
-                    )
+                node = call.value_node(option)
+            elif call.qualname in TRAINER_DEFAULTS_ARGUMENTS:
+                option = _LIGHTNING_BENCHMARK
+                node = trainer_default(call, option)
+            else:
+                self._report_instantiated_benchmark(call)
+                continue
+            value = self.analyses.values.evaluate(node, call.scope)
+            if value.truthy:
+                self.report(
+                    node,
+                    f"{option}={value.describe()} turns cuDNN autotuning on: algorithm choice can differ between runs.",
+                )
+
+
+    def _report_instantiated_benchmark(self, call: CallFact) -> None:
+        """``hydra.utils.instantiate(cfg.trainer)`` whose config turns ``benchmark`` on."""
+        built = self.analyses.values.instantiated(call)
+        option = FRAMEWORK_BENCHMARK_OPTIONS.get(built[0]) if built is not None else None
+        if option is not None and built[1].get(option, StaticValue(False)).truthy:
+            value = built[1][option]
+            self.report(call.node, f"{option}={value.describe()} turns cuDNN autotuning on: algorithm choice can differ between runs.")
 
 
 class CompileAutotune(Rule):
@@ -577,7 +529,7 @@ class CompileAutotune(Rule):
 
     def _deterministic_inductor(self) -> bool:
         facts = self.facts
-        if determinism_state(facts).enabled:
+        if self.analyses.determinism.enabled:
             return True
         if any(
             write.target.rpartition(".")[2] in INDUCTOR_DETERMINISTIC_OPTIONS and facts.evaluate(write.value).truthy

@@ -5,19 +5,42 @@ from __future__ import annotations
 import libcst as cst
 
 from detaudit.findings import Severity
-from detaudit.knowledge.apis import (
-    ENTROPY_CALLS,
-    ENTROPY_MODULE_PREFIXES,
-    RESEED_FROM_ENTROPY,
-    SEED_PARAMETERS,
-    SEEDED_BY_OS_WHEN_NONE,
-    SEEDING_METHODS,
-    STATE_RESTORING_METHODS,
-)
+from detaudit.knowledge.apis import RESEED_FROM_ENTROPY, RNG_LABELS, SEED_PARAMETERS
+from detaudit.static.analyses.strings import is_string_expression
 from detaudit.static.facts import CallFact
 from detaudit.static.names import dotted_name
 from detaudit.static.rule import Invalid, Rule
-from detaudit.static.rules.ordering import is_string_expression
+
+
+#: Calls whose value differs on every run: a seed derived from one is no seed.
+ENTROPY_CALLS = frozenset(
+    {
+        "time.time", "time.time_ns", "time.perf_counter", "time.perf_counter_ns",
+        "time.monotonic", "time.monotonic_ns", "time.process_time", "time.process_time_ns",
+        "datetime.datetime.now", "datetime.datetime.utcnow", "datetime.datetime.today",
+        "datetime.date.today", "os.urandom", "os.getrandom", "os.getpid",
+        "uuid.uuid1", "uuid.uuid4", "random.SystemRandom",
+        "torch.seed", "torch.random.seed", "torch.cuda.seed", "torch.cuda.seed_all",
+    }
+)
+
+#: Every function of these modules draws from the OS entropy pool.
+ENTROPY_MODULE_PREFIXES = ("secrets.",)
+
+#: Calls of SEED_PARAMETERS that seed from the OS when the seed is missing or ``None``.
+SEEDED_BY_OS_WHEN_NONE = frozenset(
+    {
+        "random.seed", "random.Random", "numpy.random.seed", "numpy.random.default_rng",
+        "numpy.random.RandomState", "numpy.random.SeedSequence", "numpy.random.PCG64",
+        "numpy.random.MT19937", "numpy.random.Philox", "numpy.random.SFC64",
+    }
+)
+
+#: Methods that seed a generator object in place (``rng.seed(0)``, ``g.manual_seed(0)``).
+SEEDING_METHODS = frozenset({"seed", "manual_seed"})
+
+#: Methods that seed or restore a generator object's state (``rng.setstate(saved)``).
+STATE_RESTORING_METHODS = frozenset({"setstate", "set_state", "set_rng_state"})
 
 #: Identifiers that hold text more often than numbers: ``hash(run_name)`` is
 #: salted per process, ``hash(seed)`` of an int is not.  A naming heuristic, so
@@ -71,6 +94,13 @@ class EntropySeed(Rule):
         Invalid("import time, torch\ntorch.manual_seed(int(time.time()))\n", line=2, message="time.time()"),
         Invalid("import random\nrandom.seed()\n", line=2, message="without a seed"),
         Invalid("import numpy as np\nnp.random.seed(None)\n", line=2, message="without a seed"),
+        # the fallback seed is itself a draw from an unseeded RNG: the finding goes where it is drawn
+        Invalid(
+            "import argparse, random\np = argparse.ArgumentParser()\np.add_argument('--manualSeed', type=int)\nopt = p.parse_args()\n"
+            "if opt.manualSeed is None:\n    opt.manualSeed = random.randint(1, 10000)\nrandom.seed(opt.manualSeed)\n",
+            line=6,
+            message="drawn here when --manualSeed is not given, from the unseeded Python `random` RNG (`random.randint`)",
+        ),
         # unguarded, the flag's default None reseeds from the OS on every default run
         Invalid(
             "import argparse, random\np = argparse.ArgumentParser()\np.add_argument('--seed', type=int)\nargs = p.parse_args()\n"
@@ -134,6 +164,17 @@ class EntropySeed(Rule):
             if value.flag is not None and call.scope.conditions:
                 return  # ``if args.seed is not None: random.seed(args.seed)`` is conditional-seed's finding
             if (unseeded or value.is_(None)) and call.qualname in SEEDED_BY_OS_WHEN_NONE:
+                fallback = self._drawn_fallback(seed_node)
+                if fallback is not None:
+                    draw, rng = fallback
+                    flag = f"when --{value.flag.replace('_', '-')} is not given, " if value.flag else ""
+                    self._report_once(
+                        reported,
+                        draw.node,
+                        f"the seed that `{_code(call.node)}` uses is drawn here {flag}from the unseeded {RNG_LABELS[rng]} "
+                        f"(`{draw.qualname or _code(draw.node.func)}`): every such run seeds differently.",
+                    )
+                    return
                 target = target_of_value.get(id(call.node))
                 if target is None or target not in seeded_later:  # ``rng = Random(); rng.seed(s)`` is seeded
                     self._report_once(reported, call.node, f"{call.qualname}() without a seed draws its seed from the OS.")
@@ -145,6 +186,21 @@ class EntropySeed(Rule):
             if source is not None:
                 self._report_once(reported, call.node, f"seed derived from {source}: it differs on every run.")
                 return
+
+    def _drawn_fallback(self, seed: cst.BaseExpression | None) -> tuple[CallFact, str] | None:
+        """``opt.seed = random.randint(1, 10000)`` somewhere in the file when the seed
+        passed is ``opt.seed``: (that draw, the global RNG it draws from)."""
+        name = dotted_name(seed) if seed is not None else None
+        if name is None:
+            return None
+        calls = {id(call.node): call for call in self.facts.calls}
+        for target, value in self._assignments:
+            call = calls.get(id(value))
+            if call is not None and dotted_name(target) == name:
+                draws = self.analyses.rng_effects.call_effects(call).draws
+                if draws:
+                    return call, draws[0][0]
+        return None
 
     def _report_once(self, reported: set[int], node: cst.CSTNode, message: str) -> None:
         if id(node) not in reported:
@@ -177,3 +233,7 @@ class EntropySeed(Rule):
             return True
         name = dotted_name(argument)
         return name is not None and any(part in name.rsplit(".", 1)[-1].lower() for part in _TEXT_NAME_PARTS)
+
+
+def _code(node: cst.CSTNode) -> str:
+    return " ".join(cst.Module(body=[]).code_for_node(node).split())

@@ -1,10 +1,11 @@
 """Uninitialised memory read as data (DET021 uninitialized-memory).
 
 ``x = torch.empty(...)`` is followed through the statements after it in the same
-block, in order, until something decides it: a full write (``copy_``, ``fill_``,
-``out=x``, ``nn.init.*``) ends the check; a read (a reduction, arithmetic, a
-torch function) after no write, or after writes that visibly leave a part
-unwritten, is reported.  Anything the linter cannot see through (a loop or
+block (any block of the file: ``analyses.execution.every_block``), in order,
+until something decides it: a full write (``copy_``, ``fill_``, ``out=x``,
+``nn.init.*``) ends the check; a read (a reduction, arithmetic, a torch
+function) after no write, or after writes that visibly leave a part unwritten,
+is reported.  Anything the linter cannot see through (a loop or
 branch that touches ``x``, passing it to an unknown function, returning it,
 aliasing it) ends the check silently: precision before recall.
 """
@@ -16,16 +17,53 @@ from dataclasses import dataclass, field
 import libcst as cst
 
 from detaudit.findings import Severity
-from detaudit.knowledge.apis import (
-    EMPTY_ALLOCATOR_METHODS,
-    EMPTY_ALLOCATORS,
-    FULL_WRITE_METHODS,
-    IN_PLACE_INIT_PREFIX,
-    METADATA_METHODS,
-    PARTIAL_WRITE_METHODS,
-    TENSOR_VIEW_FUNCTIONS,
-)
+from detaudit.static.analyses.execution import every_block, is_line
 from detaudit.static.rule import Invalid, Rule
+
+
+#: Allocators whose result holds whatever the memory held before.
+EMPTY_ALLOCATORS = frozenset(
+    {"torch.empty", "torch.empty_like", "torch.empty_strided", "torch.empty_permuted"}
+)
+EMPTY_ALLOCATOR_METHODS = frozenset({"new_empty", "new_empty_strided"})
+
+#: In-place methods that overwrite every element without reading it.
+FULL_WRITE_METHODS = frozenset(
+    {"copy_", "fill_", "zero_", "normal_", "uniform_", "random_", "bernoulli_", "exponential_",
+     "cauchy_", "log_normal_", "geometric_", "set_"}
+)
+
+#: In-place methods that write only some elements.
+PARTIAL_WRITE_METHODS = frozenset(
+    {"masked_fill_", "index_fill_", "index_copy_", "index_put_", "scatter_", "masked_scatter_",
+     "fill_diagonal_", "index_add_", "scatter_add_", "scatter_reduce_", "put_"}
+)
+
+#: Methods that read only metadata, never element values.
+METADATA_METHODS = frozenset(
+    {"size", "dim", "numel", "nelement", "stride", "element_size", "data_ptr", "is_contiguous",
+     "storage_offset", "untyped_storage", "get_device", "type", "ndimension", "new_empty", "new_zeros",
+     "new_ones", "new_full", "new_empty_strided", "is_floating_point", "is_complex"}
+)
+
+#: ``torch.*_like`` factories: they take only the shape, dtype and device of their
+#: argument (``torch.empty_like(a)`` reads no element of ``a``).
+METADATA_FUNCTIONS = frozenset(
+    f"torch.{name}_like" for name in ("empty", "zeros", "ones", "full", "rand", "randn", "randint")
+)
+
+#: Functions that initialise a tensor in place (``nn.init.*``, the full write of a parameter).
+IN_PLACE_INIT_PREFIX = "torch.nn.init."
+
+#: Tensor methods and ``torch.*`` functions returning a view (an alias that may
+#: then be written): the linter stops following a tensor once it is viewed.
+TENSOR_VIEW_FUNCTIONS = frozenset(
+    {"view", "view_as", "reshape", "reshape_as", "narrow", "select", "chunk", "split", "tensor_split",
+     "unbind", "unsqueeze", "squeeze", "transpose", "t", "permute", "flatten", "unflatten", "expand",
+     "expand_as", "as_strided", "diagonal", "movedim", "moveaxis", "swapaxes", "swapdims", "unfold",
+     "contiguous", "detach", "view_as_real", "view_as_complex", "split_with_sizes", "hsplit", "vsplit",
+     "dsplit", "real", "imag", "to", "type_as", "untyped_storage", "storage", "data_ptr"}
+)
 
 _EMPTY_MODULE = cst.Module(body=[])
 
@@ -88,6 +126,8 @@ class UninitializedMemory(Rule):
         "import torch\nrows = torch.empty(3, 4)\nfor i in range(3):\n    rows[i] = torch.ones(4)\ntotal = rows.sum()\n",
         # metadata only
         "import torch\nx = torch.empty(3, 4)\nshape = x.shape\nn = x.numel()\n",
+        # a *_like factory reads only the shape, dtype and device of its argument
+        "import torch\na = torch.empty(3, 4)\nb = torch.empty_like(a)\nc = torch.zeros_like(a)\n",
         # written through views (aliases the linter does not follow)
         "import torch\nout = torch.empty(2, 4)\nfirst, second = out.unbind(0)\nfirst.fill_(0)\nsecond.fill_(1)\ntotal = out.sum()\n",
     )
@@ -99,33 +139,18 @@ class UninitializedMemory(Rule):
         Invalid("import torch\nx = torch.empty(3)\ny = x + 1\n", line=2),
     )
 
-    def __init__(self, context) -> None:
-        super().__init__(context)
-        self._blocks: list[cst.CSTNode] = [context.module]
-        self._marked: dict[int, cst.CSTNode] = {}
-
-    def visit_IndentedBlock(self, node: cst.IndentedBlock) -> None:
-        self._blocks.append(node)
-
-    def leave_IndentedBlock(self, original_node: cst.IndentedBlock) -> None:
-        self._blocks.pop()
-
-    def visit_Call(self, node: cst.Call) -> None:
-        call = self.facts.calls[-1]  # just recorded by the fact collector, first in the walk
-        if call.node is node and (call.qualname in EMPTY_ALLOCATORS or call.method in EMPTY_ALLOCATOR_METHODS):
-            block = self._blocks[-1]
-            self._marked[id(block)] = block
-
     def finish(self) -> None:
-        for block in self._marked.values():
-            statements = list(block.body)
-            for index, statement in enumerate(statements):
+        if not any(call.qualname in EMPTY_ALLOCATORS or call.method in EMPTY_ALLOCATOR_METHODS for call in self.facts.calls):
+            return  # the usual case: no block needs a look
+        for block in every_block(self.context.module):
+            for index, statement in enumerate(block.statements):
                 tensor = self._allocation(statement)
                 if tensor is not None:
-                    self._follow(tensor, statements[index + 1 :])
+                    self._follow(tensor, block.statements[index + 1 :])
 
     def _allocation(self, statement: cst.CSTNode) -> _Tensor | None:
-        if not (isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1):
+        """``x = torch.empty(...)`` as the only statement of its line."""
+        if not (is_line(statement) and len(statement.body) == 1):
             return None
         assign = statement.body[0]
         if not (isinstance(assign, cst.Assign) and len(assign.targets) == 1 and isinstance(assign.value, cst.Call)):
@@ -145,7 +170,7 @@ class UninitializedMemory(Rule):
                 uses = list(_uses(statement, tensor.name, []))
                 if not uses:
                     continue
-                if not isinstance(statement, cst.SimpleStatementLine):
+                if not is_line(statement):
                     raise _Undecided  # a loop or branch: how much it writes is not visible
                 for parents in uses:
                     self._use(tensor, parents)
@@ -208,6 +233,8 @@ class UninitializedMemory(Rule):
         if arg.keyword is not None and arg.keyword.value == "out" or callee.startswith(IN_PLACE_INIT_PREFIX):
             tensor.done = True
             return
+        if callee in METADATA_FUNCTIONS and _is_first_argument(arg, call):
+            return
         function = callee[len("torch.") :]
         if callee.startswith("torch.") and "." not in function and not function.startswith("_") and function not in TENSOR_VIEW_FUNCTIONS:
             self._read(tensor, f"read by `{callee}`")
@@ -247,6 +274,10 @@ class UninitializedMemory(Rule):
         if isinstance(size, cst.Integer) and len(tensor.allocation.args) == 1:
             return {str(i) for i in range(int(size.value))} <= {k[0] for k in keys if len(k) == 1}
         return False
+
+
+def _is_first_argument(arg: cst.Arg, call: cst.Call) -> bool:
+    return arg is call.args[0] if arg.keyword is None else arg.keyword.value == "input"
 
 
 def _uses(node: cst.CSTNode, name: str, parents: list[cst.CSTNode]):

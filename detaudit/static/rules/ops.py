@@ -11,73 +11,23 @@ mode does not cover) are left to report.
 
 from __future__ import annotations
 
-import functools
 from collections import defaultdict
 
 import libcst as cst
 
 from detaudit.findings import Severity
-from detaudit.knowledge.apis import (
-    CPU_DEFAULT_TENSOR_FACTORIES,
-    DEFAULT_DEVICE_SETTER,
-    NO_GRAD_CONTEXTS,
-)
-from detaudit.knowledge.backend_settings import backend_settings
-from detaudit.knowledge.ops import UNKNOWN, CallArguments, OpMatch, OpsTable, load_ops_table
-from detaudit.static.facts import CallFact, FileFacts, Scope
+from detaudit.static.analyses.op_sites import OpSite, operand
+from detaudit.static.facts import CallFact
 from detaudit.static.rule import Invalid, Rule
-from detaudit.static.rules.determinism import determinism_state
 
+#: Factories that put a tensor on the CPU unless given ``device=`` (or unless
+#: ``torch.set_default_device`` changed the default): a CUDA-only hazard cannot hit it.
+CPU_DEFAULT_TENSOR_FACTORIES = frozenset(
+    f"torch.{name}" for name in ("tensor", "as_tensor", "from_numpy", "zeros", "ones", "full", "arange", "linspace", "rand", "randn", "randint")
+)
+DEFAULT_DEVICE_SETTER = "torch.set_default_device"
 
 _DEVICE_NAMES = {"cpu": "CPU", "cuda": "CUDA"}
-#: ``if torch.are_deterministic_algorithms_enabled():`` guards deterministic-mode code.
-_DETERMINISM_QUERIES = frozenset(s.read for s in backend_settings()["deterministic-algorithms"].spellings if s.read)
-
-
-@functools.lru_cache(maxsize=1)
-def _spelled_names(table: OpsTable) -> frozenset[str]:
-    """Every callee and method name the table lists: a cheap pre-filter per call."""
-    return frozenset(spelling.name for entry in table for spelling in entry.spellings)
-
-
-def call_arguments(facts: FileFacts, call: CallFact) -> CallArguments:
-    """The call's arguments as the ops table reads them: literals, or UNKNOWN."""
-    positional, keywords = [], {}
-    for arg in call.node.args:
-        if arg.star:
-            break
-        value = facts.evaluate(arg.value)
-        literal = value.value if value.known else UNKNOWN
-        if arg.keyword is not None:
-            keywords[arg.keyword.value] = literal
-        else:
-            positional.append(literal)
-    return CallArguments(tuple(positional), keywords, call.has_star_args)
-
-
-def _mentions_call(facts: FileFacts, node: cst.CSTNode, qualnames: frozenset[str]) -> bool:
-    stack = [node]
-    while stack:
-        current = stack.pop()
-        if isinstance(current, cst.Call) and facts.names.resolve(current.func) in qualnames:
-            return True
-        stack.extend(current.children)
-    return False
-
-
-def _fits_signature(call: CallFact, match: OpMatch) -> bool:
-    """Whether the call could bind to the op's signature: ``group.gather(outputs,
-    inputs, opts)`` passes more positional arguments than ``Tensor.gather(dim,
-    index)`` takes, so it is some other object's method."""
-    if call.has_star_args:
-        return True
-    params = match.spelling.params
-    explicit_self = match.spelling.kind == "method" and (call.qualname or "").startswith("torch.Tensor.")
-    positional = sum(1 for arg in call.node.args if arg.keyword is None)
-    if positional - int(explicit_self) > sum(1 for p in params if p.position is not None):
-        return False
-    names = {p.name for p in params}
-    return all(arg.keyword is None or arg.keyword.value in names for arg in call.node.args)
 
 
 class NondeterministicOp(Rule):
@@ -90,7 +40,9 @@ class NondeterministicOp(Rule):
         same inputs give different bits from run to run: `index_add_` and
         `scatter_add_` forward on CUDA, the backward of `gather`, `index_select`,
         adaptive pooling, `interpolate(mode="bilinear")` and `grid_sample`, and
-        cuDNN convolution algorithms.  The list, with the devices, the phase
+        cuDNN convolution algorithms, and `scaled_dot_product_attention`,
+        whose default CUDA backends (flash, memory-efficient) accumulate its
+        backward with atomics.  The list, with the devices, the phase
         (forward or backward) and what `torch.use_deterministic_algorithms(True)`
         does, is detaudit's knowledge base (`detaudit ops`).  In a file that
         enables deterministic algorithms, ops with a deterministic kernel are
@@ -101,8 +53,34 @@ class NondeterministicOp(Rule):
         targets use a deterministic kernel; a tensor's dtype; duplicate
         indices), look-alike arguments (`interpolate(mode="nearest")`,
         `bincount` without weights), `.put()`-style names on objects that may
-        not be tensors, backward-only ops under `torch.no_grad()`, and code
-        under `if torch.are_deterministic_algorithms_enabled():`.
+        not be tensors, and code under
+        `if torch.are_deterministic_algorithms_enabled():`.
+
+        Third-party layers are not hand-listed: `detaudit calibrate --modules
+        torch_geometric.nn` traces each public layer of an installed package
+        on the CPU and records the listed ops its forward and backward reach
+        (PyG's message passing scatter-adds); building such a layer, or
+        calling such a function, is reported with the package version the
+        table was derived from.  Tables ship for torch_geometric; more are
+        read from `$DETAUDIT_LAYER_TABLES`.
+
+        One cause, one finding: cuDNN convolutions (`Conv*d`, `conv*d`) are
+        nondeterministic through a process-wide choice (autotuning, the
+        algorithms cuDNN may pick), fixed by one setting, not per call site;
+        `cudnn-benchmark` and `determinism-not-requested` name it once, where
+        it can be fixed.
+
+        Backward-only hazards (gather, interpolate, reflect pad, adaptive
+        pooling, SDPA: nondeterministic only in their CUDA backward) are
+        reported only where a parameter's gradient can pass: not under
+        `torch.no_grad()`/`inference_mode()` (blocks and decorated functions),
+        not in the data pipeline (dataset and loader classes, collate
+        functions, transforms), not in functions only called from those, not
+        on input data resized on its way into a model, and not on tensors that
+        carry no gradient (registered buffers, tensors
+        built from constants, detached or integer tensors, and what a helper
+        receives only from those).  A module's `forward` and a loss on
+        predictions are where they are reported.
         """
     fix_hint = (
         "Call `torch.use_deterministic_algorithms(True)` (ops with a deterministic kernel switch to it), "
@@ -119,6 +97,30 @@ class NondeterministicOp(Rule):
         "    y = F.interpolate(x, scale_factor=2, mode='bilinear')\n",
         # backward-only hazard in code that builds no graph
         "import torch\nimport torch.nn.functional as F\nwith torch.no_grad():\n    y = F.grid_sample(x, grid)\n",
+        "import torch\nimport torch.nn.functional as F\nwith torch.no_grad():\n    y = F.scaled_dot_product_attention(q, k, v)\n",
+        "import torch\nimport torch.nn.functional as F\n\n@torch.no_grad()\ndef postprocess(masks, size):\n"
+        "    return F.interpolate(masks, size=size, mode='bilinear')\n",
+        # backward-only hazards in the data pipeline: a dataset, a loader class, a collate function
+        "import torch\nimport torch.nn.functional as F\nfrom torch.utils.data import Dataset\n\nclass Padded(Dataset):\n"
+        "    def __getitem__(self, i):\n        return F.pad(self.images[i], (4, 4, 4, 4), mode='reflect')\n",
+        "import torch\nimport torch.nn.functional as F\n\nclass GpuLoader:\n    def __iter__(self):\n"
+        "        padded = F.pad(self.images, (2,) * 4, 'reflect')\n        yield padded\n",
+        "import torch\nimport torch.nn.functional as F\nfrom torch.utils.data import DataLoader\n\ndef upsample_batch(items):\n"
+        "    return F.interpolate(torch.stack(items), scale_factor=2, mode='bilinear')\n\nloader = DataLoader(ds, collate_fn=upsample_batch)\n",
+        # gather from registered buffers (a noise schedule): the buffers carry no gradient
+        "import torch\n\ndef extract(a, t, shape):\n    return a.gather(-1, t).reshape(-1, 1, 1, 1)\n\nclass Diffusion(torch.nn.Module):\n"
+        "    def __init__(self, betas):\n        super().__init__()\n        self.register_buffer('betas', betas)\n\n"
+        "    def forward(self, x, t):\n        return extract(self.betas, t, x.shape) * x\n",
+        # integer indices built from constants (repeat_interleave's backward never runs), a detached tensor
+        "import torch\nbatch = torch.arange(4).repeat_interleave(3)\n",
+        "import torch\nimport torch.nn.functional as F\ny = F.interpolate(x.detach(), scale_factor=2, mode='bilinear')\n",
+        # test-time multi-scale resizing of the input before the model
+        "import torch\nimport torch.nn.functional as F\n\ndef multi_scale(samples, model):\n"
+        "    inp = F.interpolate(samples, scale_factor=0.5, mode='bilinear')\n    return model(inp)\n",
+        # cuDNN algorithm choice is one cause per script: determinism-not-requested / cudnn-benchmark name it
+        "import torch\nconv = torch.nn.Conv2d(3, 8, 3)\n",
+        # a third-party layer whose traced run reaches no listed op
+        "from torch_geometric.nn import Linear\nlin = Linear(16, 32)\n",
         # numpy's put is not torch's
         "import numpy as np\nimport torch\nnp.put(a, [0, 0], [1, 2])\n",
         # a tensor built on the CPU right there: the CUDA-only kernel never runs
@@ -149,48 +151,53 @@ class NondeterministicOp(Rule):
             message="only a warning",
         ),
         Invalid("import torch\nx.put_(index, values)\nx.put_(index2, values)\n", line=2, message="1 more call site"),
+        # gradients flow: a module's forward, a loss on predictions
+        Invalid(
+            "import torch\nimport torch.nn.functional as F\n\nclass Up(torch.nn.Module):\n    def forward(self, x):\n"
+            "        return F.interpolate(x, scale_factor=2, mode='bilinear')\n",
+            line=6,
+            message="(backward)",
+        ),
+        Invalid("import torch\nfor obs, actions in batches:\n    q = model(obs).gather(1, actions)\n    q.sum().backward()\n", line=3),
+        Invalid("import torch\n\nclass Expand(torch.nn.Module):\n    def forward(self, x):\n        return x.repeat_interleave(2, dim=0)\n", line=5),
+        # a third-party layer whose traced run reaches scatter-add (the shipped derived layer table)
+        Invalid("from torch_geometric.nn import GCNConv\nconv = GCNConv(16, 32)\n", line=2, message="derived from torch_geometric"),
+        # SDPA's backend is picked at run time, and on CUDA the default picks a kernel with an atomic backward
+        Invalid(
+            "import torch\nimport torch.nn.functional as F\n\nclass Attention(torch.nn.Module):\n    def forward(self, q, k, v):\n"
+            "        return F.scaled_dot_product_attention(q, k, v, is_causal=True)\n",
+            line=6,
+            message="scaled_dot_product_attention is nondeterministic",
+        ),
     )
 
     def finish(self) -> None:
-        facts = self.facts
-        if not facts.imports_module("torch"):
-            return
-        table = load_ops_table()
-        names = _spelled_names(table)
-        state = determinism_state(facts)
-        guarded: dict[int, bool] = {}
-        pending: dict[str, list[tuple[CallFact, OpMatch]]] = defaultdict(list)
-        for call in facts.calls:
-            qualname = call.qualname or ""
-            method = call.method if call.qualname is None else None
-            if qualname not in names and qualname.removeprefix("torch.Tensor.") not in names and method not in names:
+        state = self.analyses.determinism
+        pending: dict[tuple[str, str | None], list[OpSite]] = defaultdict(list)
+        for site in self.analyses.op_sites:
+            call, match = site.call, site.match
+            if site.decided_by_settings:
+                continue  # one cause per process, named once by the settings rules
+            if site.backward_only and self.analyses.grad_flow.blocked(call, operand(site)) is not None:
                 continue
-            if self._under_determinism_guard(call.scope, guarded):
+            if match.cuda_only and self._operand_on_cpu(call, site):
                 continue
-            if method is not None and not self._may_be_tensor(call.node.func.value):
-                continue
-            for match in table.match_call(call.qualname, method, call_arguments(facts, call)):
-                if not match.certain or not _fits_signature(call, match):
-                    continue
-                if match.phases == ("backward",) and self._without_grad(call.scope):
-                    continue
-                if match.cuda_only and self._operand_on_cpu(call, match):
-                    continue
-                if not state.enabled:
-                    pending[match.entry.id].append((call, match))
-                elif match.raises_under_deterministic_mode:
-                    self.report(call.node, self._raise_message(match, state.warn_only))
-                elif "nothing" in match.deterministic_modes:
-                    self.report(call.node, f"{match.spelling.display}: {match.hint()}.")
+            if not state.enabled:
+                pending[site.cause].append(site)
+            elif match.raises_under_deterministic_mode:
+                self.report(call.node, self._raise_message(site, state.warn_only))
+            elif "nothing" in match.deterministic_modes:
+                self.report(call.node, f"{match.spelling.display}{site.via}: {match.hint()}.")
         # In default mode one switch fixes every site, so each op is reported once per file.
         for sites in pending.values():
-            call, match = sites[0]
-            others = len({id(c) for c, _ in sites}) - 1
+            call, match = sites[0].call, sites[0].match
+            others = len({id(site.call) for site in sites}) - 1
             more = f" ({others} more call site{'s' if others > 1 else ''} in this file)" if others else ""
-            self.report(call.node, f"{match.spelling.display} is nondeterministic: {match.hint()}{more}.")
+            self.report(call.node, f"{match.spelling.display}{sites[0].via} is nondeterministic: {match.hint()}{more}.")
 
     @staticmethod
-    def _raise_message(match: OpMatch, warn_only: bool) -> str:
+    def _raise_message(site: OpSite, warn_only: bool) -> str:
+        match = site.match
         raising = [b for b in match.behaviours if b.deterministic_mode == "raises"]
         devices = " and ".join(_DEVICE_NAMES[d] for d in match.raising_devices)
         versions = {b.torch for b in raising}
@@ -198,48 +205,20 @@ class NondeterministicOp(Rule):
         phases = "/".join(sorted({p for b in raising for p in b.phases}))
         if warn_only:
             return (
-                f"{match.spelling.display} has no deterministic kernel on {devices}{when} ({phases}): "
+                f"{match.spelling.display}{site.via} has no deterministic kernel on {devices}{when} ({phases}): "
                 "with warn_only it runs nondeterministically with only a warning."
             )
         return (
-            f"{match.spelling.display} will raise under deterministic mode on {devices}{when} ({phases}): "
+            f"{match.spelling.display}{site.via} will raise under deterministic mode on {devices}{when} ({phases}): "
             "it has no deterministic implementation."
         )
 
-    def _may_be_tensor(self, receiver: cst.BaseExpression) -> bool:
-        """``self.gather(...)`` / ``cls.gather(...)`` call the class's own method, and
-        ``Config.gather()`` a class defined in this file: not Tensor methods."""
-        if isinstance(receiver, cst.Name):
-            return receiver.value not in ("self", "cls") and receiver.value not in self.facts.classes
-        return True
-
-    def _operand_on_cpu(self, call: CallFact, match: OpMatch) -> bool:
+    def _operand_on_cpu(self, call: CallFact, site: OpSite) -> bool:
         """The tensor operand is built right there on the CPU (``torch.tensor(xs)``
         without ``device=``), so a CUDA-only kernel never runs."""
-        if match.spelling.kind == "method":
-            operand = call.node.func.value if isinstance(call.node.func, cst.Attribute) else None
-        else:
-            operand = call.value_node(position=0)
-        if not isinstance(operand, cst.Call) or self.facts.names.resolve(operand.func) not in CPU_DEFAULT_TENSOR_FACTORIES:
+        tensor = operand(site)
+        if not isinstance(tensor, cst.Call) or self.facts.names.resolve(tensor.func) not in CPU_DEFAULT_TENSOR_FACTORIES:
             return False
-        if any(arg.keyword is not None and arg.keyword.value == "device" for arg in operand.args):
+        if any(arg.keyword is not None and arg.keyword.value == "device" for arg in tensor.args):
             return False
         return not any(self.facts.calls_to(DEFAULT_DEVICE_SETTER))
-
-    def _under_determinism_guard(self, scope: Scope, guarded: dict[int, bool]) -> bool:
-        """Inside ``if torch.are_deterministic_algorithms_enabled():`` (either branch:
-        the author handles determinism there)."""
-        for condition in scope.conditions:
-            if isinstance(condition, cst.If):
-                key = id(condition)
-                if key not in guarded:
-                    guarded[key] = _mentions_call(self.facts, condition.test, _DETERMINISM_QUERIES)
-                if guarded[key]:
-                    return True
-        return False
-
-    def _without_grad(self, scope: Scope) -> bool:
-        return any(
-            isinstance(c, cst.With) and any(_mentions_call(self.facts, item.item, NO_GRAD_CONTEXTS) for item in c.items)
-            for c in scope.conditions
-        )

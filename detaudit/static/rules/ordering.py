@@ -16,87 +16,38 @@ from dataclasses import dataclass, replace
 import libcst as cst
 
 from detaudit.findings import Severity
-from detaudit.knowledge.apis import (
-    FILE_LISTING_CALLS,
-    FILE_LISTING_METHODS,
-    ORDER_CAPTURING_CALLS,
-    ORDER_INSENSITIVE_CALLS,
-    ORDER_PRESERVING_CALLS,
-    STRING_FUNCTIONS,
-    STRING_LIST_FUNCTIONS,
-    STRING_LIST_METHODS,
-    STRING_METHODS,
-)
-from detaudit.static.edits import Replace, sorted_fix, sorted_iteration_fix
-from detaudit.static.facts import FileFacts
+from detaudit.static.analyses.execution import blocks, header, statements
+from detaudit.static.analyses.strings import is_string_expression, is_string_iterable, is_string_set
+from detaudit.static.edits import Replace, wrapped_in_call
 from detaudit.static.names import dotted_name
 from detaudit.static.rule import Invalid, Rule
 
-# -- what is a string ------------------------------------------------------------
-# Sets of ints (and other numbers) iterate in a fixed order for a fixed insertion
-# order: CPython hashes them to themselves.  Only str/bytes hashes are salted per
-# process, so set-iteration-order reports a set only when its elements are
-# *syntactically* strings: literals, f-strings, results of str methods and
-# functions, words of ``split()``, loop variables over such words.
 
+#: Directory listings in the order the filesystem returns (not sorted).
+FILE_LISTING_CALLS = frozenset(
+    {"os.listdir", "os.scandir", "os.walk", "os.fwalk", "glob.glob", "glob.iglob",
+     "tensorflow.io.gfile.listdir", "tensorflow.io.gfile.glob", "tensorflow.io.gfile.walk"}
+)
 
-def is_string_expression(node: cst.BaseExpression, facts: FileFacts, string_names: frozenset[str] = frozenset()) -> bool:
-    if isinstance(node, (cst.SimpleString, cst.ConcatenatedString, cst.FormattedString)):
-        return True
-    if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, (cst.Add, cst.Modulo)):
-        return is_string_expression(node.left, facts, string_names)
-    if isinstance(node, cst.Call):
-        if isinstance(node.func, cst.Attribute) and node.func.attr.value in STRING_METHODS:
-            return True
-        return facts.names.resolve(node.func) in STRING_FUNCTIONS
-    if isinstance(node, cst.Name):
-        if node.value in string_names:
-            return True
-        value = facts.evaluate(node)
-        return value.known and isinstance(value.value, (str, bytes))
-    return False
+#: ``pathlib.Path`` methods that list a directory (matched by method name).
+FILE_LISTING_METHODS = frozenset({"glob", "rglob", "iterdir"})
 
+#: Consumers whose result does not depend on the order of their argument.
+ORDER_INSENSITIVE_CALLS = frozenset(
+    {"sorted", "set", "frozenset", "len", "any", "all", "sum", "min", "max", "bool", "print",
+     "collections.Counter", "natsort.natsorted", "natsort.os_sorted", "natsort.humansorted",
+     "natsort.realsorted", "numpy.sort", "os.path.exists", "os.path.isdir", "os.path.isfile"}
+)
 
-def is_string_iterable(node: cst.BaseExpression, facts: FileFacts, string_names: frozenset[str] = frozenset()) -> bool:
-    """Iterating ``node`` yields strings."""
-    if isinstance(node, (cst.List, cst.Tuple, cst.Set)):
-        elements = node.elements
-        return bool(elements) and all(
-            isinstance(e, cst.Element) and is_string_expression(e.value, facts, string_names) for e in elements
-        )
-    if isinstance(node, (cst.ListComp, cst.GeneratorExp, cst.SetComp)):
-        return _comprehension_yields_strings(node, facts, string_names)
-    if isinstance(node, cst.Call):
-        if isinstance(node.func, cst.Attribute) and node.func.attr.value in STRING_LIST_METHODS:
-            return True
-        callee = facts.names.resolve(node.func)
-        if callee in STRING_LIST_FUNCTIONS:
-            return True
-        if callee in ("set", "frozenset", "list", "tuple", "sorted") and len(node.args) == 1:
-            return is_string_iterable(node.args[0].value, facts, string_names)
-    return is_string_expression(node, facts, string_names)  # the characters of a string
+#: Wrappers that keep their argument's order (the order-dependent use is further out):
+#: a progress bar iterates what it wraps.
+ORDER_PRESERVING_CALLS = frozenset(
+    {"list", "tuple", "iter", "map", "filter", "reversed", "dict.fromkeys", "itertools.chain",
+     "itertools.islice", "tqdm.tqdm", "tqdm.auto.tqdm", "tqdm.notebook.tqdm", "tqdm.std.tqdm"}
+)
 
-
-def _comprehension_yields_strings(node, facts: FileFacts, string_names: frozenset[str]) -> bool:
-    names = set(string_names)
-    loop = node.for_in
-    while loop is not None:
-        if isinstance(loop.target, cst.Name) and is_string_iterable(loop.iter, facts, frozenset(names)):
-            names.add(loop.target.value)
-        loop = loop.inner_for_in
-    return is_string_expression(node.elt, facts, frozenset(names))
-
-
-def is_string_set(node: cst.BaseExpression, facts: FileFacts, string_names: frozenset[str] = frozenset()) -> bool:
-    if isinstance(node, cst.Set):
-        return is_string_iterable(node, facts, string_names)
-    if isinstance(node, cst.SetComp):
-        return _comprehension_yields_strings(node, facts, string_names)
-    if isinstance(node, cst.Call) and len(node.args) == 1 and node.args[0].keyword is None:
-        if facts.names.resolve(node.func) in ("set", "frozenset"):
-            return is_string_iterable(node.args[0].value, facts, string_names)
-    return False
-
+#: Consumers that turn an iteration order into data: positions, first match, text.
+ORDER_CAPTURING_CALLS = frozenset({"enumerate", "zip", "next", "random.shuffle", "random.choice"})
 
 # -- following an unordered value through a scope ---------------------------------
 
@@ -117,7 +68,8 @@ _SET_ADDING_METHODS = frozenset({"add", "update"})
 
 
 class _ScopeFlow:
-    """Walks one scope's statements in order (nested defs are their own scopes)."""
+    """Follows unordered values through one scope's statements, in execution order
+    (nested functions and classes are scopes of their own)."""
 
     def __init__(self, rule: "_OrderRule", returns_order_free: bool = False) -> None:
         self.rule = rule
@@ -128,9 +80,15 @@ class _ScopeFlow:
         self.string_names: set[str] = set()
         self._rebinds: list[tuple[str, Unordered]] = []
 
-    def run(self, statements) -> None:
-        for statement in statements:
-            self._walk(statement, [])
+    def run(self, body) -> None:
+        for statement in statements(body):
+            if isinstance(statement, (cst.FunctionDef, cst.ClassDef)):
+                continue  # scopes of their own
+            if isinstance(statement, cst.For):
+                self._for(statement)
+                continue
+            for node in header(statement):
+                self._walk(node, [statement])
         for name, value in self.pending.items():
             if "." in name and value.ordered:  # stored on an object and never sorted in this scope
                 self.rule.found(value, f"stored in `{name}` in that order")
@@ -142,9 +100,10 @@ class _ScopeFlow:
         if isinstance(node, (cst.Assign, cst.AnnAssign, cst.AugAssign)):
             self._assignment(node, parents)
             return
-        if isinstance(node, cst.For):
-            self._for(node, parents)
-            return
+        if isinstance(node, cst.Assert):
+            single = _asserted_single(node.test)
+            if single is not None:
+                self.pending.pop(single, None)  # one element has no order
         value = self._value_of(node)
         if value is not None:
             self._classify(value, node, parents)
@@ -175,22 +134,26 @@ class _ScopeFlow:
                 self.string_names.discard(name)
                 if isinstance(node.value, cst.Call) and self.facts.names.resolve(node.value.func) == "set" and not node.value.args:
                     self.empty_sets[name] = node.value
-                elif node.value is not None and is_string_expression(node.value, self.facts, frozenset(self.string_names)):
+                elif node.value is not None and self._holds_strings(node.value):
                     self.string_names.add(name)
         for name, value in self._rebinds:
             self.pending[name] = value
         self._rebinds.clear()
 
-    def _for(self, node: cst.For, parents: list[cst.CSTNode]) -> None:
-        parents.append(node)
-        self._walk(node.iter, parents)
+    def _holds_strings(self, value: cst.BaseExpression) -> bool:
+        """A string, or strings to iterate (``text.split()``, ``list(set(words))``): a
+        name holding either iterates strings, which is what a set built from it holds."""
+        names = frozenset(self.string_names)
+        if is_string_expression(value, self.facts, names):
+            return True
+        return isinstance(value, cst.Call) and is_string_iterable(value, self.facts, names)
+
+    def _for(self, node: cst.For) -> None:
+        """A loop's iterable, then what its target binds (its body is walked next)."""
+        self._walk(node.iter, [node])
         if isinstance(node.target, cst.Name) and is_string_iterable(node.iter, self.facts, frozenset(self.string_names)):
             self.string_names.add(node.target.value)
         self.rule.loop_targets(node, self)
-        for part in (node.body, node.orelse):
-            if part is not None:
-                self._walk(part, parents)
-        parents.pop()
 
     # -- classification of one use ---------------------------------------------
 
@@ -200,7 +163,8 @@ class _ScopeFlow:
         for index in range(len(parents) - 1, -1, -1):
             parent = parents[index]
             if isinstance(parent, (cst.Arg, cst.Element, cst.StarredElement, cst.CompFor)):
-                if isinstance(parent, cst.CompFor) and child is not parent.iter:
+                # the iterable of a nested ``for`` (``[p for ext in exts for p in d.glob(ext)]``) feeds the outer one
+                if isinstance(parent, cst.CompFor) and child is not parent.iter and child is not parent.inner_for_in:
                     return  # used in a comprehension's condition
             elif isinstance(parent, cst.Attribute):
                 call = parents[index - 1] if index > 0 else None
@@ -283,7 +247,7 @@ class _ScopeFlow:
 
     def _loop(self, value: Unordered, loop: cst.For) -> None:
         """A loop over the value keeps its order if it appends or yields."""
-        value = self.rule.materialised(value, loop.iter)
+        value = self.rule.materialised(value, loop)
         if _sorts_a_loop_target(loop):
             return  # ``for root, dirs, files in os.walk(d): dirs.sort()`` fixes the walk order
         for node in _loop_body_nodes(loop):
@@ -296,6 +260,19 @@ class _ScopeFlow:
                 and node.func.attr.value in _APPENDING_METHODS
             ):
                 self._collect_into(node.func.value, value)
+
+
+def _asserted_single(test: cst.BaseExpression) -> str | None:
+    """The name ``assert len(name) == 1`` says holds exactly one element."""
+    if not (isinstance(test, cst.Comparison) and len(test.comparisons) == 1):
+        return None
+    target = test.comparisons[0]
+    if not isinstance(target.operator, cst.Equal) or not (isinstance(target.comparator, cst.Integer) and target.comparator.value == "1"):
+        return None
+    call = test.left
+    if isinstance(call, cst.Call) and isinstance(call.func, cst.Name) and call.func.value == "len" and len(call.args) == 1:
+        return dotted_name(call.args[0].value)
+    return None
 
 
 def _sorts_a_loop_target(loop: cst.For) -> bool:
@@ -319,6 +296,26 @@ def _loop_body_nodes(loop: cst.For):
         yield node
         if not isinstance(node, (cst.FunctionDef, cst.ClassDef, cst.Lambda)):
             stack.extend(node.children)
+
+
+def sorted_fix(node: cst.BaseExpression, *, safe: bool = True) -> Replace | None:
+    """``sorted(node)``; None for a dict (sorting it would keep only its keys)."""
+    if isinstance(node, (cst.Dict, cst.DictComp)):
+        return None
+    return Replace(node, wrapped_in_call(node, "sorted"), safe=safe)
+
+
+def sorted_iteration_fix(node: cst.BaseExpression) -> Replace | None:
+    """Sort what ``node`` iterates over: ``enumerate(s)`` -> ``enumerate(sorted(s))``,
+    ``[f(x) for x in s]`` -> ``[f(x) for x in sorted(s)]``.  None when that is not
+    one plain argument or one ``for``."""
+    if isinstance(node, cst.Call) and len(node.args) == 1 and not node.args[0].star and node.args[0].keyword is None:
+        iterated = node.args[0].value
+    elif isinstance(node, (cst.ListComp, cst.GeneratorExp, cst.DictComp, cst.SetComp)) and node.for_in.inner_for_in is None:
+        iterated = node.for_in.iter
+    else:
+        return None
+    return Replace(iterated, wrapped_in_call(iterated, "sorted"))
 
 
 class _OrderRule(Rule):
@@ -351,7 +348,7 @@ class _OrderRule(Rule):
         for scope in self._marked.values():
             # ``dir()`` sorts what ``__dir__`` returns
             returns_order_free = isinstance(scope, cst.FunctionDef) and scope.name.value == "__dir__"
-            _ScopeFlow(self, returns_order_free).run(scope.body if isinstance(scope, cst.Module) else scope.body.body)
+            _ScopeFlow(self, returns_order_free).run(scope.body if isinstance(scope, cst.Module) else blocks(scope)[0].statements)
 
     def found(self, value: Unordered, use: str) -> None:
         if id(value.report_at) in self._reported:
@@ -364,7 +361,8 @@ class _OrderRule(Rule):
         raise NotImplementedError
 
     def materialised(self, value: Unordered, node: cst.CSTNode) -> Unordered:
-        """The value once its order is fixed into a sequence at ``node``."""
+        """The value once its order is fixed into a sequence at ``node``: a call or
+        comprehension that iterates it, or the ``for`` loop that does."""
         return value
 
     def loop_targets(self, loop: cst.For, flow: _ScopeFlow) -> None:
@@ -404,6 +402,12 @@ class UnorderedFileListing(_OrderRule):
         "import os, torch\nfor name in os.listdir('tmp'):\n    os.remove(os.path.join('tmp', name))\n",
         "import os, torch\npaths = []\nfor root, dirs, files in os.walk('data'):\n    for f in files:\n        paths.append(os.path.join(root, f))\npaths.sort()\nloader = torch.utils.data.DataLoader(paths)\n",
         "from pathlib import Path\nimport torch\nimages = sorted(p for p in Path('data').rglob('*.png') if p.is_file())\n",
+        # exactly one match asserted: a single element has no order
+        "import torch\ndef mask_of(folder, name):\n    found = list(folder.glob(name + '.*'))\n"
+        "    assert len(found) == 1, found\n    return torch.load(found[0])\n",
+        # a progress bar over the listing, each file handled on its own
+        "import glob, torch\nfrom tqdm import tqdm\nfiles = []\nfiles.extend(glob.glob('in/*.png'))\n"
+        "for path in tqdm(files):\n    torch.save(torch.load(path), path + '.out')\n",
         # the first step of a walk is the top directory; its names are only tested for membership
         "import os, torch\nknown = next(os.walk('hub'))[1]\ntrusted = 'owner_repo' in known\n",
     )
@@ -427,6 +431,13 @@ class UnorderedFileListing(_OrderRule):
             message="returned",
         ),
         Invalid("import glob, torch\ndef latest():\n    return glob.glob('ckpt/*.pt')[-1]\n", line=3),
+        # a listing per extension, flattened by a nested comprehension into a Dataset's index order
+        Invalid(
+            "from pathlib import Path\nimport torch\nclass Images(torch.utils.data.Dataset):\n    def __init__(self, folder, exts):\n"
+            "        self.paths = [p for ext in exts for p in Path(folder).glob(f'**/*.{ext}')]\n",
+            line=5,
+            message="self.paths",
+        ),
         Invalid("import os, torch\nloader = torch.utils.data.DataLoader(os.listdir('data'))\n", line=2, message="DataLoader"),
     )
 
@@ -492,6 +503,9 @@ class SetIterationOrder(_OrderRule):
         "import torch\nids = set([3, 1, 2])\nindex = {c: i for i, c in enumerate(ids)}\n",
         # a loop with side effects only
         "import torch\nfor name in {'a.pt', 'b.pt'}:\n    torch.save({}, name)\n",
+        # a vocabulary from split words, sorted before ids are given; its size only
+        "import torch\nwords = open('c.txt').read().split()\nvocab = sorted(set(words))\nn = len(set(words))\n"
+        "stoi = {w: i for i, w in enumerate(vocab)}\n",
         # dir() sorts what __dir__ returns
         "import torch\ndef __dir__():\n    return list({'load', 'save'} | set(globals()))\n",
         # passed as a membership container
@@ -509,6 +523,18 @@ class SetIterationOrder(_OrderRule):
             line=6,
         ),
         Invalid("import torch\ntags = {t.lower() for t in ['A', 'B']}\nheader = ','.join(tags)\n", line=3, message="join"),
+        # words split into a list first, then deduplicated through a set
+        Invalid(
+            "import torch\nsentences = ['i like dog', 'i hate milk']\nword_list = ' '.join(sentences).split()\n"
+            "word_list = list(set(word_list))\nword_dict = {w: i for i, w in enumerate(word_list)}\n",
+            line=4,
+            message="enumerate",
+        ),
+        Invalid(
+            "import torch\ndef vocab(text):\n    words = text.split()\n    return {w: i for i, w in enumerate(set(words))}\n",
+            line=4,
+            message="enumerate",
+        ),
         Invalid("import torch\nnames = frozenset(['x', 'y'])\nfirst = names.pop()\n", line=3, message="pop"),
         Invalid(
             "import torch\ndef build(words):\n    out = []\n    for w in {w.lower() for w in words}:\n        out.append(w)\n    return out\n",
@@ -527,7 +553,10 @@ class SetIterationOrder(_OrderRule):
 
     def visit_Call(self, node: cst.Call) -> None:
         call = self.facts.calls[-1]
-        if call.node is node and call.qualname in ("set", "frozenset") and (not node.args or is_string_set(node, self.facts)):
+        # ``set(words)``: whether ``words`` holds strings only the walk of the scope can tell
+        if call.node is node and call.qualname in ("set", "frozenset") and (
+            not node.args or isinstance(node.args[0].value, (cst.Name, cst.Attribute)) or is_string_set(node, self.facts)
+        ):
             self._mark()
 
     def source(self, node: cst.CSTNode, flow: _ScopeFlow) -> Unordered | None:
@@ -556,6 +585,8 @@ class SetIterationOrder(_OrderRule):
     def materialised(self, value: Unordered, node: cst.CSTNode) -> Unordered:
         if value.ordered:
             return value
+        if isinstance(node, cst.For):  # the loop iterates the set itself: sort that, not what built it
+            return Unordered(value.what, node.iter, ordered=True, fix=sorted_fix(node.iter))
         return Unordered(value.what, node, ordered=True, fix=sorted_iteration_fix(node))
 
     def message(self, value: Unordered, use: str) -> str:

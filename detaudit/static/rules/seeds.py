@@ -1,7 +1,7 @@
 """Seeding: global RNGs drawn from but never seeded, seeded only off by default, or seeded too late.
 
-All five rules read one analysis of the file (``SeedAnalysis``), computed once
-and shared through ``facts.derived``: which RNGs the file seeds (directly, in
+All five rules read the file's seeding analysis (``self.analyses.seeding``,
+``detaudit.static.analyses.seeding``): which RNGs the file seeds (directly, in
 its own helpers, in project helpers, through known third-party helpers), where
 each RNG is first drawn from when the file runs, and which comes first on the
 script's straight-line path.
@@ -14,173 +14,110 @@ level) is never asked for a seed: its caller seeds.
 
 from __future__ import annotations
 
-import re
-from dataclasses import dataclass, field
-from typing import Callable, Iterator
-
 import libcst as cst
 
 from detaudit.findings import Severity
-from detaudit.knowledge.apis import NUMPY, PYTHON, RNGS, TORCH
-from detaudit.static.edits import seed_by_default_fix, seeding_fix
+from detaudit.knowledge.apis import FIX_DEFAULT_SEED, NUMPY, PYTHON, RNG_LABELS, RNGS, SEEDING_FUNCTIONS, TORCH
+from detaudit.static.analyses.seeding import Draw
+from detaudit.static.edits import InsertStatement, Replace, is_import_line, setup_position
 from detaudit.static.facts import CallFact
-from detaudit.static.project import Effects, ModuleSummary, OffByDefault
+from detaudit.static.fix_code import FixCode, seeding_code
+from detaudit.static.names import NameTable
+from detaudit.static.project import DATA_ORDER_DRAWS
 from detaudit.static.rule import Invalid, Rule
 
-RNG_LABELS = {TORCH: "torch RNG", NUMPY: "NumPy global RNG", PYTHON: "Python `random` RNG"}
 SEEDING_EXAMPLES = {TORCH: "torch.manual_seed(SEED)", NUMPY: "np.random.seed(SEED)", PYTHON: "random.seed(SEED)"}
 
 
-@dataclass(frozen=True)
-class Draw:
-    call: CallFact  # where the finding goes: the call in this file that leads to the draw
-    api: str  # what draws (``torch.nn.Linear``)
-    direct: bool  # the call itself is the drawing API
+# -- fixes -------------------------------------------------------------------------
+#
+# A seeding call goes at module level, right after the imports and before the
+# code that draws: it then runs once per process, never once per call of a
+# function that builds a model.
 
 
-@dataclass
-class SeedAnalysis:
-    seeded: set[str] = field(default_factory=set)  # RNGs seeded on some path that runs by default
-    #: seeding calls that do not run by default, with the ``if`` that keeps them off
-    off_by_default: list[tuple[CallFact, frozenset[str], OffByDefault]] = field(default_factory=list)
-    first_draw: dict[str, Draw] = field(default_factory=dict)  # RNG -> first draw when the file runs
-    #: RNG -> (draw, seeding call) when the straight-line path draws before it seeds
-    drawn_before_seeded: dict[str, tuple[Draw, CallFact]] = field(default_factory=dict)
-
-
-def analyse(rule: Rule) -> SeedAnalysis:
-    """The file's seed analysis, computed by the first seed rule that asks."""
-    derived = rule.facts.derived
-    if "seeds" not in derived:
-        derived["seeds"] = _analyse(rule)
-    return derived["seeds"]
-
-
-def _analyse(rule: Rule) -> SeedAnalysis:
-    """Lazily: resolving a call into the project parses modules, so the seeds of
-    every call are looked up only when the file draws or seeds conditionally."""
-    context = rule.context
-    context.project.refresh()
-    summary = ModuleSummary(rule.facts, context.path, None, context.project)
-    analysis = SeedAnalysis()
-    consulted: dict[str, str] = {}
-
-    def effects_of(call: CallFact) -> Effects:
-        effects = summary.call_effects(call)
-        consulted.update(effects.files)
-        return effects
-
-    walk = _ExecutionWalk(context.module, summary, effects_of)
-    if _is_script(context):
-        analysis.first_draw = walk.first_draws()
-    off_calls = [(call, off) for call in rule.facts.calls if (off := summary.off_by_default(call)) is not None]
-    off_seeding = [(call, effects.seeds, off) for call, off in off_calls if (effects := effects_of(call)).seeds]
-    if analysis.first_draw or off_seeding:
-        analysis.off_by_default = off_seeding
-        off_nodes = {id(call.node) for call, _ in off_calls}
-        for call in rule.facts.calls:
-            if id(call.node) not in off_nodes:
-                analysis.seeded |= effects_of(call).seeds
-    for rng in analysis.first_draw:
-        if rng in analysis.seeded:
-            late = walk.drawn_before_seeded(rng)
-            if late is not None:
-                analysis.drawn_before_seeded[rng] = late
-    context.dependencies.update(consulted)
-    return analysis
-
-
-def _is_script(context) -> bool:
-    """A file that runs: a main guard, a notebook, or module-level work (a bare call
-    such as ``main()`` or ``print(...)``, a loop).  A module that only binds names
-    at import (definitions, example inputs, registries) is a library: its importer seeds."""
-    return context.facts.has_main_guard or context.path.suffix == ".ipynb" or _does_work(context.module.body)
-
-
-def _does_work(statements) -> bool:
-    for statement in statements:
-        if isinstance(statement, (cst.For, cst.While)):
-            return True
-        if isinstance(statement, cst.SimpleStatementLine):
-            if any(isinstance(s, cst.Expr) and isinstance(s.value, (cst.Call, cst.Await)) for s in statement.body):
-                return True
-        elif isinstance(statement, (cst.If, cst.With, cst.Try)):
-            blocks = [statement.body, getattr(statement, "orelse", None)]
-            if any(b is not None and _does_work(getattr(b, "body", ())) for b in blocks):
-                return True
-    return False
-
-
-class _ExecutionWalk:
-    """Calls in the order a run of the file reaches them: module level (main guard
-    included), descending into the local functions those calls run."""
-
-    def __init__(self, module: cst.Module, summary: ModuleSummary, effects_of: Callable[[CallFact], Effects]) -> None:
-        self.module = module
-        self.summary = summary
-        self.effects_of = effects_of
-
-    def _calls(self, function: str | None, visiting: set[str]) -> Iterator[tuple[CallFact, Effects]]:
-        for call in self.summary.calls_of(function):
-            if self.summary.off_by_default(call) is not None:
-                continue
-            target = self.summary.local_target(call)
-            if target is not None and target[0] == "function":
-                if target[1] not in visiting and not call.scope.in_lambda:
-                    visiting.add(target[1])
-                    yield from self._calls(target[1], visiting)
-                continue
-            yield call, self.summary.as_run(call, self.effects_of(call))
-
-    def _draw(self, call: CallFact, api: str) -> Draw:
-        return Draw(call, api, direct=self.summary.is_known_api(call))
-
-    def first_draws(self) -> dict[str, Draw]:
-        """RNG -> the first call that draws from it when the file runs."""
-        found: dict[str, Draw] = {}
-        for call, effects in self._calls(None, set()):
-            for rng, api in effects.draws:
-                if rng not in found:
-                    found[rng] = self._draw(call, api)
-        return found
-
-    def drawn_before_seeded(self, rng: str) -> tuple[Draw, CallFact] | None:
-        """The straight-line path's first draw and the later first seed, when the draw comes first.
-
-        A draw that picks the seed itself (``seed = random.randint(1, 10000)``
-        then ``random.seed(seed)``, the DCGAN example's fallback) is not a use."""
-        draws: list[Draw] = []
-        for call, effects in self._calls(None, set()):
-            if rng in effects.seeds:
-                used = next((d for d in draws if not _feeds(self.module, d.call, call)), None)
-                return (used, call) if used is not None else None
-            api = effects.draw_of(rng)
-            if api is not None:
-                draws.append(self._draw(call, api))
+def seeding_fix(
+    rule: Rule, before: CallFact, rngs: frozenset[str], *, safe: bool = True
+) -> InsertStatement | tuple[InsertStatement, ...] | None:
+    """Seed ``rngs`` before ``before`` runs, right after the imports: with a
+    seed-everything helper of a library the file imports, else right after the
+    file's own seeding helper (defined above that point), else with the
+    seeding calls of the fix style (``fix_code.seeding_code``)."""
+    module = rule.context.module
+    use_index = before.scope.top_level_index
+    anchor, before_anchor = setup_position(module, use_index)
+    insertion_index = module.body.index(anchor) + (0 if before_anchor else 1)
+    if _library_seeding_call(module, insertion_index) is None:
+        helper = _own_seeding_helper(rule, rngs, use_index)
+        if helper is not None:
+            index, name = helper
+            if index >= insertion_index:
+                anchor, before_anchor = module.body[index], False
+            return InsertStatement(anchor, f"{name}({FIX_DEFAULT_SEED})", before=before_anchor, safe=safe)
+    code = seeding_call(rule, rngs, insertion_index)
+    if code is None:
         return None
+    return tuple(InsertStatement(anchor, line, before=before_anchor, imports=code.imports, safe=safe) for line in code.lines)
 
 
-def _feeds(module: cst.Module, draw: CallFact, seed: CallFact) -> bool:
-    """Whether ``draw``'s result is assigned to a name that ``seed``'s arguments read."""
-    finder = _AssignmentOf(draw.node)
-    module.body[draw.scope.top_level_index].visit(finder)
-    if not finder.targets:
-        return False
-    arguments = " ".join(module.code_for_node(arg.value) for arg in seed.node.args)
-    return any(re.search(rf"(?<![\w.]){re.escape(target)}(?!\w)", arguments) for target in finder.targets)
+def seed_by_default_fix(rule: Rule, condition: cst.If, seeding: CallFact, rngs: frozenset[str]) -> Replace | None:
+    """Give ``condition`` (an ``if`` that keeps the call ``seeding`` off by
+    default) an ``else`` that seeds ``rngs`` with the default seed.  Unsafe: a
+    flag's default decided, and default runs change from unseeded to seeded."""
+    code = seeding_call(rule, rngs, seeding.scope.top_level_index)
+    if condition.orelse is not None or code is None:
+        return None
+    seeded_otherwise = cst.Else(body=cst.IndentedBlock(body=[cst.parse_statement(line) for line in code.lines]))
+    return Replace(condition, condition.with_changes(orelse=seeded_otherwise), safe=False, imports=code.imports)
 
 
-class _AssignmentOf(cst.CSTVisitor):
-    """Finds the targets (as code) of the assignment whose value is ``value``."""
+def seeding_call(rule: Rule, rngs: frozenset[str], available_before: int) -> FixCode | None:
+    """Code seeding ``rngs`` that can run before the module-level statement
+    ``available_before``: a library's seed-everything helper the file imports,
+    the file's own seeding helper, else the fix style's seeding calls, which
+    also seed the other global RNGs the file imports and never seeds (as a
+    seed-everything helper would)."""
+    library = _library_seeding_call(rule.context.module, available_before)
+    if library is not None:
+        return FixCode((f"{library}({FIX_DEFAULT_SEED})",))
+    helper = _own_seeding_helper(rule, rngs, available_before)
+    if helper is not None:
+        return FixCode((f"{helper[1]}({FIX_DEFAULT_SEED})",))
+    unseeded = set(RNGS) - set(rule.analyses.seeding.seeded)
+    return seeding_code(rngs, rule.facts.names.bindings(), rule.context.fix_style, also=unseeded)
 
-    def __init__(self, value: cst.CSTNode) -> None:
-        super().__init__()
-        self.value = value
-        self.targets: list[str] = []
 
-    def visit_Assign(self, node: cst.Assign) -> None:
-        if node.value is self.value:
-            self.targets = [cst.Module([]).code_for_node(t.target) for t in node.targets]
+def _library_seeding_call(module: cst.Module, available_before: int) -> str | None:
+    """How the file spells a library's seed-everything helper (``L.seed_everything``)
+    with the names its module-level imports above ``available_before`` bind."""
+    imported = NameTable()
+    for statement in module.body[:available_before]:
+        if is_import_line(statement):
+            for small in statement.body:
+                imported.add_import(small)
+    for function, seeded in SEEDING_FUNCTIONS.items():
+        if seeded != frozenset(RNGS):
+            continue  # seed-everything helpers only, not torch.manual_seed and the like
+        for local, qualified in imported.bindings().items():
+            if function == qualified or function.startswith(qualified + "."):
+                return f"{local}{function[len(qualified):]}"
+    return None
+
+
+def _own_seeding_helper(rule: Rule, rngs: frozenset[str], defined_before: int) -> tuple[int, str] | None:
+    """(index, name) of a module-level function defined above ``defined_before``
+    that seeds ``rngs`` from its one required argument."""
+    for index, statement in enumerate(rule.context.module.body[:defined_before]):
+        if isinstance(statement, cst.FunctionDef) and _takes_one_seed(statement):
+            if rngs <= rule.analyses.rng_effects.function_effects(statement.name.value).seeds:
+                return index, statement.name.value
+    return None
+
+
+def _takes_one_seed(function: cst.FunctionDef) -> bool:
+    parameters = function.params
+    required = [p for p in parameters.params if p.default is None]
+    return len(parameters.posonly_params) == 0 and len(required) == 1 and parameters.params[0].default is None
 
 
 def _what_draws(rule: Rule, draw: Draw) -> str:
@@ -194,6 +131,17 @@ def _code(rule: Rule, call: CallFact, limit: int = 60) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
+#: What every draw-based seed rule says about scripts that never train (one policy, documented once).
+NON_TRAINING_SCRIPTS = """
+
+        Scripts that never train (no optimiser, `backward()` or trainer that a run
+        reaches) are judged by what can change their output: building layers
+        and models is setup there (the weights come from a checkpoint), so only
+        their other draws count (sampling noise, a shuffle that writes a
+        split).  A library module that defines model or dataset classes and
+        never trains is not asked for seeds for its `__main__` smoke test."""
+
+
 class _MissingSeed(Rule):
     """One rule per global RNG: drawn from when the file runs, seeded nowhere."""
 
@@ -201,18 +149,39 @@ class _MissingSeed(Rule):
     severity = Severity.WARNING
 
     def finish(self) -> None:
-        analysis = analyse(self)
-        draw = analysis.first_draw.get(self.rng)
-        if draw is None or self.rng in analysis.seeded:
+        seeding = self.analyses.seeding
+        spawned = seeding.unseeded_in_spawned_process(self.rng)
+        if spawned is not None:
+            draw, starter = spawned
+            self.report(
+                draw.call.node,
+                f"the {RNG_LABELS[self.rng]} is drawn from here {_what_draws(self, draw)} in a process started by "
+                f"`{_code(self, starter, 40)}`: a fresh interpreter that the parent's seeds never reach, and nothing "
+                f"it runs seeds it: call `{SEEDING_EXAMPLES[self.rng]}` in the function it starts.",
+            )
             return
-        if any(self.rng in seeds for _, seeds, _ in analysis.off_by_default):
+        draw = seeding.first_draw.get(self.rng)
+        if draw is None or self.rng in seeding.seeded:
+            return
+        if any(self.rng in off.rngs for off in seeding.off_by_default):
             return  # conditional-seed says it better
         self.report(
             draw.call.node,
             f"the {RNG_LABELS[self.rng]} is drawn from here {_what_draws(self, draw)}, but nothing in this file "
-            f"or the project helpers it calls seeds it: call `{SEEDING_EXAMPLES[self.rng]}` before this point.",
+            f"or the project helpers it calls seeds it: call `{SEEDING_EXAMPLES[self.rng]}` before this point."
+            f"{self._data_order(seeding.draws(self.rng))}",
             fix=seeding_fix(self, draw.call, frozenset({self.rng})),
         )
+
+    def _data_order(self, draws: tuple[Draw, ...]) -> str:
+        """The data order that follows from the unseeded RNG (shuffling loaders,
+        ``random_split``): named here, so the one seed that fixes it is one finding."""
+        shuffles = [d for d in draws if d.direct and d.api in DATA_ORDER_DRAWS]
+        if not shuffles:
+            return ""
+        named = ", ".join(f"`{_code(self, d.call, 40)}`" for d in shuffles[:3])
+        more = f" and {len(shuffles) - 3} more" if len(shuffles) > 3 else ""
+        return f" It also decides the data order of {named}{more}, which differs per run without it."
 
 
 class MissingTorchSeed(_MissingSeed):
@@ -227,7 +196,7 @@ class MissingTorchSeed(_MissingSeed):
         different state in every process, so two runs of the same script train
         different models and nothing downstream (determinism flags included)
         can make them agree.
-        """
+        """ + NON_TRAINING_SCRIPTS
     fix_hint = "Call `torch.manual_seed(SEED)` (or `detaudit.seed_everything(SEED)`, which seeds every RNG) at the start of the script."
     VALID = (
         "import torch\nfrom torch import nn\ntorch.manual_seed(0)\nmodel = nn.Linear(4, 2)\n",
@@ -246,15 +215,29 @@ class MissingTorchSeed(_MissingSeed):
         "import torch\ng = torch.Generator().manual_seed(0)\nx = torch.randn(3, generator=g)\n",
         "import torchvision\nmodel = torchvision.models.resnet18(weights='DEFAULT')\n",
         "import torch\nloader = torch.utils.data.DataLoader(range(10), batch_size=2, shuffle=False)\n",
+        # a script that never trains: the init a checkpoint replaces and a dummy input are setup
+        "import torch\nmodel = torch.nn.Linear(4, 2)\nmodel.load_state_dict(torch.load('w.pt'))\n"
+        "print(model(torch.ones(1, 4)))\n",
+        "import torch\n\nclass Net(torch.nn.Module):\n    def __init__(self):\n        super().__init__()\n"
+        "        self.fc = torch.nn.Linear(4, 2)\n\nif __name__ == '__main__':\n    print(Net()(torch.randn(1, 4)).shape)\n",
         # resuming restores the RNG state
         "import torch\ntorch.set_rng_state(torch.load('rng.pt'))\nx = torch.rand(2)\n",
+        # the spawned function seeds its own process
+        "import torch\nimport torch.multiprocessing as mp\n\ndef main(rank):\n    torch.manual_seed(rank)\n"
+        "    model = torch.nn.Linear(2, 2)\n    opt = torch.optim.SGD(model.parameters(), lr=0.1)\n\nif __name__ == '__main__':\n"
+        "    mp.spawn(main, nprocs=2)\n",
+        # a forked process inherits the parent's seeded RNG state
+        "import torch\nimport multiprocessing\n\ndef train():\n    model = torch.nn.Linear(2, 2)\n"
+        "    opt = torch.optim.SGD(model.parameters(), lr=0.1)\n\nif __name__ == '__main__':\n    torch.manual_seed(0)\n"
+        "    multiprocessing.Process(target=train).start()\n",
     )
     INVALID = (
-        Invalid("import torch\nfrom torch import nn\nmodel = nn.Linear(4, 2)\nprint(model)\n", line=3, message="torch.nn.Linear"),
+        Invalid("import torch\nfrom torch import nn\nmodel = nn.Linear(4, 2)\nmodel(torch.ones(4)).sum().backward()\n", line=3, message="torch.nn.Linear"),
         Invalid("import torch as T\nx = T.randn(3)\nprint(x.sum())\n", line=2),
         Invalid(
             "import torch\nfrom torch import nn\n\nclass Net(nn.Module):\n    def __init__(self):\n        super().__init__()\n"
-            "        self.fc = nn.Linear(2, 2)\n\ndef main():\n    model = Net()\n\nif __name__ == '__main__':\n    main()\n",
+            "        self.fc = nn.Linear(2, 2)\n\ndef main():\n    model = Net()\n    opt = torch.optim.SGD(model.parameters(), lr=0.1)\n\n"
+            "if __name__ == '__main__':\n    main()\n",
             line=10,
             message="Net()",
         ),
@@ -263,9 +246,35 @@ class MissingTorchSeed(_MissingSeed):
             line=2,
             message="DataLoader(shuffle=True)",
         ),
+        # the shuffling loader is named in the one finding (not a second finding at the loader)
+        Invalid(
+            "import torch\nmodel = torch.nn.Linear(2, 2)\nloader = torch.utils.data.DataLoader(range(10), shuffle=True)\n"
+            "opt = torch.optim.SGD(model.parameters(), lr=0.1)\nfor batch in loader:\n    model(batch)\n",
+            line=2,
+            message="It also decides the data order of `torch.utils.data.DataLoader(range(10)...`",
+        ),
         Invalid("import torch\nimport random\nrandom.seed(0)\nw = torch.empty(3).normal_()\n", line=4),
+        # a sampling script: it never trains, but draws noise for every sample it writes
+        Invalid(
+            "import torch\nmodel = torch.load('model.pt')\nfor i in range(10):\n    torch.save(model(torch.randn(1, 4)), f'{i}.pt')\n",
+            line=4,
+            message="torch.randn",
+        ),
+        # training in a function the module calls at top level (no main guard) is the script's code
+        Invalid(
+            "import torch\n\ndef main():\n    model = torch.nn.Linear(2, 2)\n    opt = torch.optim.SGD(model.parameters(), lr=0.1)\n\nmain()\n",
+            line=4,
+        ),
+        # a spawned process starts a fresh interpreter: the parent's seed never reaches it
+        Invalid(
+            "import torch\nimport torch.multiprocessing as mp\n\ndef main(rank):\n    model = torch.nn.Linear(2, 2)\n"
+            "    opt = torch.optim.SGD(model.parameters(), lr=0.1)\n\nif __name__ == '__main__':\n    torch.manual_seed(0)\n"
+            "    mp.spawn(main, nprocs=2)\n",
+            line=5,
+            message="in a process started by `mp.spawn(main, nprocs=2)`",
+        ),
         # seeding the CUDA generators only leaves the CPU generator (weight init) unseeded
-        Invalid("import torch\ntorch.cuda.manual_seed_all(0)\nlayer = torch.nn.Conv2d(3, 8, 3)\n", line=3),
+        Invalid("import torch\ntorch.cuda.manual_seed_all(0)\nlayer = torch.nn.Conv2d(3, 8, 3)\nopt = torch.optim.SGD(layer.parameters(), lr=0.1)\n", line=3),
     )
 
 
@@ -279,7 +288,7 @@ class MissingNumpySeed(_MissingSeed):
         `np.random.choice`, ...) share one generator that NumPy seeds from the
         operating system at import.  Augmentation parameters, sampled indices
         and splits drawn from it differ in every run.
-        """
+        """ + NON_TRAINING_SCRIPTS
     fix_hint = "Seed it once at startup (`np.random.seed(SEED)`), or better draw from a seeded `rng = np.random.default_rng(SEED)`."
     VALID = (
         "import numpy as np\nnp.random.seed(0)\nidx = np.random.permutation(10)\n",
@@ -305,16 +314,26 @@ class MissingPythonSeed(_MissingSeed):
         module-level generator seeded from the operating system at import, so
         file orders, sampled subsets and augmentation choices made with it
         change from run to run.
-        """
+        """ + NON_TRAINING_SCRIPTS
     fix_hint = "Call `random.seed(SEED)` at startup, or use a seeded `random.Random(SEED)` instance."
     VALID = (
         "import random\nrandom.seed(0)\nfiles = ['a', 'b']\nrandom.shuffle(files)\n",
         "import random\nrng = random.Random(0)\nrng.shuffle([1, 2])\n",
         "import random\nfrom accelerate.utils import set_seed\nset_seed(3)\nk = random.randint(0, 9)\n",
+        "from random import *\nimport torch\nseed(0)\nk = randint(0, 9)\nprint(k)\n",
     )
     INVALID = (
         Invalid("import random\nfiles = ['a', 'b']\nrandom.shuffle(files)\n", line=3, message="random.shuffle"),
         Invalid("from random import choice\nimport torch\npick = choice([1, 2, 3])\nprint(pick)\n", line=3),
+        # a method of an instance of the file's (or a project module's) class draws
+        Invalid(
+            "import random\nimport torch\n\nclass Buffer:\n    def sample(self):\n        return random.random()\n\n"
+            "buffer = Buffer()\nx = buffer.sample()\nprint(x)\n",
+            line=9,
+            message="through `random.random`",
+        ),
+        # a star import binds the module's functions
+        Invalid("from random import *\nimport torch\nk = randint(0, 9)\nprint(k)\n", line=3, message="random.randint"),
     )
 
 
@@ -354,21 +373,22 @@ class ConditionalSeed(Rule):
     )
 
     def finish(self) -> None:
-        analysis = analyse(self)
-        for call, seeds, off in analysis.off_by_default:
-            unseeded = [rng for rng in RNGS if rng in seeds and rng not in analysis.seeded]
+        seeding = self.analyses.seeding
+        for off in seeding.off_by_default:
+            unseeded = [rng for rng in RNGS if rng in off.rngs and rng not in seeding.seeded]
             if not unseeded:
                 continue
-            test = " ".join(self.context.module.code_for_node(off.node.test).split())
+            condition = off.condition
+            test = " ".join(self.context.module.code_for_node(condition.node.test).split())
             labels = " and the ".join(RNG_LABELS[rng] for rng in unseeded)
-            flag = off.value.flag
+            flag = condition.value.flag
             by_default = f"with the default of --{flag.replace('_', '-')}" if flag else "by default"
-            holds = bool(off.value.value)
+            holds = bool(condition.value.value)
             self.report(
-                call.node,
+                off.call.node,
                 f"this seeds the {labels} only when `{test}` is {not holds}; {by_default} it is {holds}, "
                 "so default runs are unseeded.",
-                fix=seed_by_default_fix(self, off.node, call, frozenset(unseeded)),
+                fix=seed_by_default_fix(self, condition.node, off.call, frozenset(unseeded)),
             )
 
 
@@ -382,7 +402,7 @@ class SeedAfterUse(Rule):
         weights initialised), a dataset split or a shuffle made before
         `torch.manual_seed` uses the unseeded generator: those draws differ in
         every run while the code looks seeded.
-        """
+        """ + NON_TRAINING_SCRIPTS
     fix_hint = "Move the seeding call to the start of the script, before the first model, split or shuffle."
     VALID = (
         "import torch\nfrom torch import nn\ntorch.manual_seed(0)\nmodel = nn.Linear(2, 2)\n",
@@ -390,18 +410,21 @@ class SeedAfterUse(Rule):
         "if __name__ == '__main__':\n    main()\n",
         # drawing the seed itself (printed, so a run can be repeated) is not a use
         "import random\nseed = random.randint(1, 10000)\nprint('seed', seed)\nrandom.seed(seed)\nrandom.shuffle([1, 2])\n",
+        # building a shuffling loader draws nothing: its sampler draws when the loader is iterated
+        "import torch\nloader = torch.utils.data.DataLoader(range(10), shuffle=True)\ntorch.manual_seed(0)\n"
+        "model = torch.nn.Linear(1, 1)\nfor batch in loader:\n    model(batch)\n",
         # a numpy draw before the torch seed does not make the torch seed late
         "import numpy as np, torch\nnp.random.seed(0)\nx = np.random.rand(3)\ntorch.manual_seed(0)\ny = torch.rand(3)\n",
     )
     INVALID = (
         Invalid(
-            "import torch\nfrom torch import nn\nmodel = nn.Linear(2, 2)\ntorch.manual_seed(0)\n",
+            "import torch\nfrom torch import nn\nmodel = nn.Linear(2, 2)\ntorch.manual_seed(0)\nopt = torch.optim.SGD(model.parameters(), lr=0.1)\n",
             line=3,
             message="torch.manual_seed(0)",
         ),
         Invalid(
             "import torch\nfrom torch import nn\n\nclass Net(nn.Module):\n    def __init__(self):\n        super().__init__()\n"
-            "        self.fc = nn.Linear(2, 2)\n\ndef main():\n    model = Net()\n    torch.manual_seed(0)\n\n"
+            "        self.fc = nn.Linear(2, 2)\n\ndef main():\n    model = Net()\n    torch.manual_seed(0)\n    model(1).sum().backward()\n\n"
             "if __name__ == '__main__':\n    main()\n",
             line=10,
         ),
@@ -409,7 +432,7 @@ class SeedAfterUse(Rule):
     )
 
     def finish(self) -> None:
-        for rng, (draw, seed) in analyse(self).drawn_before_seeded.items():
+        for rng, (draw, seed) in self.analyses.seeding.drawn_before_seeded.items():
             self.report(
                 draw.call.node,
                 f"the {RNG_LABELS[rng]} is drawn from here {_what_draws(self, draw)}, before "

@@ -11,24 +11,53 @@ import libcst as cst
 
 from detaudit.findings import Severity
 from detaudit.knowledge.apis import (
-    JAX_TRAINING_CALLS,
-    JAX_TRAINING_METHODS,
-    JAX_TRAINING_PREFIXES,
-    TF_DETERMINISM_ENABLERS,
-    TF_DETERMINISM_ENVIRONMENT,
-    TF_MODULES,
-    TF_SEEDING_FUNCTIONS,
-    TF_TRAINING_CALLS,
-    TF_TRAINING_METHODS,
-    TF_TRAINING_PREFIXES,
     TRUTHY_ENVIRONMENT_VALUES,
-    XLA_DETERMINISM_FLAGS,
-    XLA_FLAGS_VARIABLE,
-    XLA_GPU_FLAG_PREFIX,
 )
+from detaudit.static.analyses.helpers import project_helper_named
 from detaudit.static.facts import CallFact, FileFacts
 from detaudit.static.rule import Invalid, Rule
-from detaudit.static.rules.determinism import project_helper_named, script_evidence
+
+
+#: Calls that seed TensorFlow's global RNG (``keras.utils.set_random_seed`` seeds
+#: Python, NumPy and the backend).
+TF_SEEDING_FUNCTIONS = frozenset(
+    {"tensorflow.random.set_seed", "tensorflow.set_random_seed", "tensorflow.compat.v1.set_random_seed",
+     "tensorflow.compat.v1.random.set_random_seed", "tensorflow.keras.utils.set_random_seed",
+     "keras.utils.set_random_seed", "tf_keras.utils.set_random_seed"}
+)
+
+#: Calls that make TensorFlow ops deterministic (TF >= 2.8; ops without a
+#: deterministic GPU kernel raise instead).
+TF_DETERMINISM_ENABLERS = frozenset(
+    {"tensorflow.config.experimental.enable_op_determinism", "tensorflow.config.enable_op_determinism"}
+)
+
+#: Environment variables that request deterministic TF GPU ops (TF 2.1-2.8 spelling,
+#: still honoured), with the values that turn them on.
+TF_DETERMINISM_ENVIRONMENT = frozenset({"TF_DETERMINISTIC_OPS", "TF_CUDNN_DETERMINISTIC"})
+
+#: Calls that make a file TensorFlow/Keras training code.
+TF_TRAINING_CALLS = frozenset({"tensorflow.GradientTape"})
+TF_TRAINING_PREFIXES = ("tensorflow.keras.optimizers.", "tensorflow.optimizers.", "keras.optimizers.", "tf_keras.optimizers.")
+
+#: ``model.fit(...)``-style methods count only in files that import one of these.
+TF_TRAINING_METHODS = frozenset({"fit", "train_on_batch"})
+TF_MODULES = ("tensorflow", "keras", "tf_keras")
+
+#: JAX training: gradient transforms and optimiser libraries.
+JAX_TRAINING_CALLS = frozenset({"jax.grad", "jax.value_and_grad"})
+JAX_TRAINING_PREFIXES = ("optax.",)
+
+#: ``state.apply_gradients(grads=...)`` (flax TrainState) counts in files that import jax.
+JAX_TRAINING_METHODS = frozenset({"apply_gradients", "apply_gradient"})
+
+#: XLA flags that make GPU ops deterministic (openxla/xla docs/determinism.md;
+#: ``--xla_gpu_deterministic_ops`` also turns autotuning off, PR #12520).
+XLA_FLAGS_VARIABLE = "XLA_FLAGS"
+XLA_DETERMINISM_FLAGS = ("--xla_gpu_deterministic_ops", "--xla_gpu_exclude_nondeterministic_ops")
+
+#: A flag prefix that says the flags configure a GPU run.
+XLA_GPU_FLAG_PREFIX = "--xla_gpu_"
 
 _FALSE_FLAG_VALUES = frozenset({"false", "0", "False"})
 
@@ -42,10 +71,12 @@ def _is_tf_training_call(facts: FileFacts, call: CallFact) -> bool:
     return call.qualname is None and call.method in TF_TRAINING_METHODS and any(facts.imports_module(m) for m in TF_MODULES)
 
 
-def tf_training_script(facts: FileFacts) -> CallFact | None:
+def tf_training_evidence(rule: Rule) -> CallFact | None:
+    """The call that makes this file a TensorFlow/Keras training script, or None."""
+    facts = rule.facts
     if not any(facts.imports_module(m) for m in TF_MODULES):
         return None
-    return script_evidence(facts, lambda call: _is_tf_training_call(facts, call))
+    return rule.analyses.script.evidence(facts.calls, lambda call: _is_tf_training_call(facts, call))
 
 
 def _seeds_tensorflow(facts: FileFacts) -> bool:
@@ -130,7 +161,7 @@ class TfMissingSeed(Rule):
     )
 
     def finish(self) -> None:
-        evidence = tf_training_script(self.facts)
+        evidence = tf_training_evidence(self)
         if evidence is not None and not _seeds_tensorflow(self.facts):
             self.report(evidence.node, "TensorFlow training script never seeds TensorFlow's RNG: weights and dropout differ per run.")
 
@@ -164,7 +195,7 @@ class TfDeterminismNotRequested(Rule):
     )
 
     def finish(self) -> None:
-        evidence = tf_training_script(self.facts)
+        evidence = tf_training_evidence(self)
         if evidence is not None and not _requests_tf_determinism(self.facts):
             self.report(
                 evidence.node,
@@ -262,7 +293,7 @@ class JaxDeterminismNotRequested(Rule):
         facts = self.facts
         if not facts.imports_module("jax") or any(facts.environment_writes(XLA_FLAGS_VARIABLE)):
             return
-        evidence = script_evidence(facts, lambda call: _is_jax_training_call(facts, call))
+        evidence = self.analyses.script.evidence(facts.calls, lambda call: _is_jax_training_call(facts, call))
         if evidence is not None and not any(project_helper_named(call, "determinis") for call in facts.calls):
             self.report(
                 evidence.node,

@@ -1,0 +1,210 @@
+"""From the traces, final states and payloads of R repeats of an N-rank run to one report.
+
+* **Per rank**: each rank's R repeats go through the same analysis as a
+  single process (``analysis.build_report``); every root cause carries its
+  rank, and a cause found at the same site on several ranks is one line
+  ("ranks 0-1").
+* **Communication**: a collective whose received data differed while this
+  rank sent the same (``causes.COLLECTIVE``) is the collective's own fault
+  only when no other rank sent different data either; when another rank
+  did, the difference came from that rank (its own root cause is reported
+  there) and the receiving side is dropped as propagated, with a note.
+* **Replicas**: at every optimizer step boundary (and as training starts:
+  step 0) each rank recorded digests of its parameters, buffers, gradients and
+  optimizer state (``bootstrap._replica_digests``).  Under data parallelism
+  they must agree across ranks; the first step and tensor where a rank
+  disagrees with rank 0 is a ``causes.REPLICA_DIVERGENCE``, localized from
+  the comparison of the two ranks' traces: before the first step, at the first
+  op whose result differed between them; later, at the optimizer update.
+
+Imports neither torch nor numpy.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from detaudit.dynamic.causes import COLLECTIVE, EARLY_READ, REPLICA_DIVERGENCE, RankNote
+from detaudit.dynamic.compare import Trace, compare_traces, is_communication
+from detaudit.dynamic.report import FINAL_STATE, LATENT, RootCause, RunReport, rank_list
+from detaudit.dynamic.trace_format import OPTIMIZER
+
+
+def merge_ranks(
+    reports: list[RunReport],
+    traces: list[list[Trace]],
+    replicas: list[list[list[dict]]],
+    early_reads: list[list[list[dict]]],
+) -> RunReport:
+    """``reports[rank]`` from ``analysis.build_report``; ``traces[rank][repeat]``;
+    ``replicas[rank][repeat]``: the digests each rank recorded per step boundary;
+    ``early_reads[rank][repeat]``: what the rank's tracer saw read before a wait()."""
+    first = reports[0]
+    senders = _first_sent_difference(traces)
+    merged: dict[tuple, RootCause] = {}
+    notes: list[str] = []
+    for rank, report in enumerate(reports):
+        for cause in [*report.root_causes, *_early_read_causes(early_reads[rank], bool(report.tensors))]:
+            if cause.kind is COLLECTIVE:
+                cause = _explain_collective(cause, rank, senders, notes)
+                if cause is None:
+                    continue
+            key = (cause.kind, cause.op, cause.path, cause.line, cause.module, cause.phase)
+            known = merged.get(key)
+            if known is None:
+                merged[key] = replace(cause, ranks=[rank])
+                continue
+            known.ranks.append(rank)
+            known.seen = max(known.seen, cause.seen)
+            known.first_step = min(known.first_step, cause.first_step)
+            if cause.effect == FINAL_STATE:
+                known.effect = FINAL_STATE
+            if cause.max_abs_diff is not None:
+                known.max_abs_diff = max(known.max_abs_diff or 0.0, cause.max_abs_diff)
+    causes = list(merged.values())
+    causes += replica_divergences(traces, replicas)
+    causes.sort(key=lambda c: (c.first_step, c.path, c.line, c.ranks))
+    tensors = [
+        {**tensor, "name": f"rank{rank}/{tensor['name']}"} for rank, report in enumerate(reports) for tensor in report.tensors
+    ]
+    return RunReport(
+        target=first.target,
+        repeats=first.repeats,
+        steps=first.steps,
+        root_causes=causes,
+        tensors=tensors,
+        environment=first.environment,
+        propagated_ops=sum(report.propagated_ops for report in reports),
+        traced_ops=first.traced_ops,
+        notes=[*dict.fromkeys(note for report in reports for note in report.notes), *notes],
+        environment_differences=first.environment_differences,
+        ranks=len(reports),
+    )
+
+
+def _early_read_causes(runs: list[list[dict]], differed: bool) -> list[RootCause]:
+    """One cause per site that read a collective's result before its wait(),
+    in any run (it reaches the final state when this rank's final state differed)."""
+    sites: dict[tuple, list] = {}
+    for run in runs:
+        first_reads: dict[tuple, dict] = {}
+        for read in run:
+            first_reads.setdefault((read["op"], read["path"], read["line"]), read)
+        for site, read in first_reads.items():
+            sites.setdefault(site, []).append(read)
+    return [
+        RootCause(
+            kind=EARLY_READ,
+            op=reads[0]["op"],
+            path=reads[0]["path"],
+            line=reads[0]["line"],
+            module=reads[0]["module"],
+            phase=reads[0]["phase"],
+            seen=len(reads),  # (runs that read early, of all runs)
+            pairs=len(runs),
+            first_step=min(read["step"] for read in reads),
+            other_side=RankNote(
+                f"it read the result of {reads[0]['collective']} (line {reads[0]['collective_line']}) before "
+                "that work's wait()."
+            ),
+            effect=FINAL_STATE if differed else LATENT,
+        )
+        for reads in sites.values()
+    ]
+
+
+def _first_sent_difference(traces: list[list[Trace]]) -> dict[int, tuple[int, str, int]]:
+    """rank -> (step, op, line) of its first communication op whose inputs
+    (what it sent) differed between the first repeat and another."""
+    found = {}
+    for rank, repeats in enumerate(traces):
+        reference = repeats[0]
+        for other in repeats[1:]:
+            for index, (a, b) in enumerate(zip(reference.ops, other.ops)):
+                if a.op != b.op:
+                    break
+                if not is_communication(a.op) or len(a.inputs) != len(b.inputs):
+                    continue
+                if any(reference.value(x) != other.value(y) for x, y in zip(a.inputs, b.inputs)):
+                    if rank not in found or (a.step, index) < found[rank][0]:
+                        found[rank] = ((a.step, index), a.op, a.line)
+                    break
+    return {rank: (step_index[0], op, line) for rank, (step_index, op, line) in found.items()}
+
+
+def _explain_collective(cause: RootCause, rank: int, senders: dict, notes: list[str]) -> RootCause | None:
+    """None when another rank sent different data into it by then (the difference is that rank's)."""
+    sent = sorted(other for other, (step, _, _) in senders.items() if other != rank and step <= cause.first_step)
+    if sent:
+        step, op, line = senders[sent[0]]
+        notes.append(
+            f"rank {rank} received a difference through {cause.op} at {cause.path}:{cause.line} (step "
+            f"{cause.first_step}): {rank_list(sent)} sent different data first ({op} at line {line}, step {step})"
+        )
+        return None
+    return replace(
+        cause,
+        other_side=RankNote(
+            "every rank sent identical data into it in every run: the communication decided the result."
+        ),
+    )
+
+
+def replica_divergences(traces: list[list[Trace]], replicas: list[list[list[dict]]]) -> list[RootCause]:
+    """One cause per rank that disagreed with rank 0 at a step boundary: the first such step and tensor."""
+    causes = []
+    repeats = len(replicas[0]) if replicas else 0
+    for rank in range(1, len(replicas)):
+        found = [
+            (repeat, disagreement)
+            for repeat in range(repeats)
+            if (disagreement := _first_disagreement(replicas[0][repeat], replicas[rank][repeat])) is not None
+        ]
+        if found:
+            repeat, (step, name) = found[0]
+            causes.append(_replica_cause(traces[0][repeat], traces[rank][repeat], rank, step, name, len(found), repeats))
+    return causes
+
+
+def _first_disagreement(reference: list[dict], other: list[dict]) -> tuple[int, str] | None:
+    for step, (digests_a, digests_b) in enumerate(zip(reference, other)):
+        for name in sorted(set(digests_a) & set(digests_b)):
+            if digests_a[name] != digests_b[name]:
+                return step, name
+    return None
+
+
+def _replica_cause(
+    reference: Trace, other: Trace, rank: int, step: int, name: str, seen: int, repeats: int
+) -> RootCause:
+    """Where rank ``rank`` started to differ from rank 0 (see the module's doc)."""
+    record = None
+    if step == 0:
+        pair = compare_traces(reference, other)
+        record = pair.differing[0] if pair.differing else None
+        what = "the replicas started training from different values"
+    else:
+        record = next(
+            (index for index, op in enumerate(other.ops) if op.step == step and op.phase == OPTIMIZER and op.line),
+            None,
+        )
+        what = f"the optimizer update of step {step} left them different"
+    op = other.ops[record] if record is not None else None
+    return RootCause(
+        kind=REPLICA_DIVERGENCE,
+        op=op.op if op else "",
+        path=op.path if op else "",
+        line=op.line if op else 0,
+        module=op.module if op else "",
+        phase=op.phase if op else OPTIMIZER,
+        seen=seen,  # (runs in which the replicas disagreed, of all runs)
+        pairs=repeats,
+        first_step=step,
+        other_side=RankNote(
+            f"rank {rank} held a different {name} than rank 0 at step {step} ({what}); data-parallel replicas "
+            "must be identical at every step boundary."
+        ),
+        effect=FINAL_STATE,
+        ranks=[rank],
+    )
+

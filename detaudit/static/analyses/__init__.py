@@ -1,0 +1,89 @@
+"""Analyses that several rules read, each computed once per checked file, on first use.
+
+Rules never import each other: what two rules need to know about a file lives
+here, typed, and a rule reads it as ``self.analyses.<name>``:
+
+- ``script`` (``script.py``): does executing the file do work, does a run reach a call;
+- ``rng_effects`` (``detaudit.static.project``): what each call does to the global RNGs;
+- ``training`` (``script.py``): the call that makes the file a training script, if any;
+- ``run_order`` (``execution.py``): the calls a run reaches, in order (the
+  statement walker every rule uses is there too);
+- ``seeding`` (``seeding.py``): what the file seeds, where it first draws, what comes too late;
+- ``determinism`` (``determinism.py``): the file's requests for deterministic algorithms;
+- ``op_sites`` (``op_sites.py``): the calls that reach an entry of the ops table;
+- ``grad_flow`` (``grad_flow.py``): where no parameter's gradient can pass (backward-only hazards);
+- ``values`` (``values.py``): the value an expression has in a default run when it comes
+  through a parameter or a project config (yacs, dataclasses, Hydra/OmegaConf YAML).
+
+String-ness (``strings.py``) and project helpers named for what they do
+(``helpers.py``) are functions of a node or a call, with nothing to cache.
+"""
+
+from __future__ import annotations
+
+from functools import cached_property
+from typing import TYPE_CHECKING
+
+from detaudit.static.analyses import determinism, op_sites, script
+from detaudit.static.analyses.determinism import DeterminismState
+from detaudit.static.analyses.execution import RunOrder, run_order
+from detaudit.static.analyses.grad_flow import GradFlow
+from detaudit.static.analyses.op_sites import OpSite
+from detaudit.static.analyses.script import ScriptAnalysis
+from detaudit.static.analyses.seeding import SeedingState
+from detaudit.static.analyses.values import Values
+from detaudit.static.facts import CallFact
+from detaudit.static.project import ModuleSummary
+
+if TYPE_CHECKING:
+    from detaudit.static.engine import FileContext
+
+
+class FileAnalyses:
+    """The shared analyses of one checked file (``FileContext.analyses``)."""
+
+    def __init__(self, context: "FileContext") -> None:
+        self._context = context
+
+    @cached_property
+    def script(self) -> ScriptAnalysis:
+        context = self._context
+        return script.analyse(context.facts, context.module, context.path, lambda: self.run_order.calls)
+
+    @cached_property
+    def determinism(self) -> DeterminismState:
+        return determinism.analyse(self._context.facts, self.values, self._context)
+
+    @cached_property
+    def values(self) -> Values:
+        return Values(self._context)
+
+    @cached_property
+    def op_sites(self) -> tuple[OpSite, ...]:
+        return op_sites.find(self._context.facts)
+
+    @cached_property
+    def grad_flow(self) -> GradFlow:
+        return GradFlow(self._context.facts)
+
+    @cached_property
+    def rng_effects(self) -> ModuleSummary:
+        """The RNG effects of this file's calls; answers that read project modules
+        name those files, so the seeding analysis can record them as dependencies."""
+        context = self._context
+        context.project.refresh()
+        return ModuleSummary(context.facts, context.path, None, context.project)
+
+    @cached_property
+    def run_order(self) -> RunOrder:
+        return run_order(self.rng_effects)
+
+    @cached_property
+    def training(self) -> CallFact | None:
+        evidence, read = script.training_evidence(self._context.facts, self.script, self.rng_effects)
+        self._context.dependencies.update(read)
+        return evidence
+
+    @cached_property
+    def seeding(self) -> SeedingState:
+        return SeedingState(self._context)

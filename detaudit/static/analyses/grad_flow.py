@@ -1,0 +1,397 @@
+"""Gradient flow: where no parameter's gradient can pass.
+
+Some ops are nondeterministic only in their backward (bilinear ``interpolate``,
+reflect ``pad``, ``gather``, adaptive pooling: atomicAdd on CUDA).  That
+backward runs only when a gradient flows through the op towards a parameter;
+on input images, data-pipeline tensors and constant tables it never runs.  This
+analysis says, for a call site and the tensor it works on, why no gradient can
+pass there, or None when one may (a module's ``forward`` and what it calls, a
+loss on predictions: the usual case).
+
+A gradient cannot pass:
+
+- **where autograd is off**: inside ``with torch.no_grad():`` /
+  ``inference_mode()`` and in functions decorated with them;
+- **in the data pipeline**: methods of dataset and loader classes (a
+  ``torch.utils.data.Dataset`` subclass, or a class that is not an
+  ``nn.Module`` and serves items or batches through ``__getitem__`` /
+  ``__iter__``), collate functions (passed as ``collate_fn=``) and transforms
+  (named in a ``Compose([...])`` or ``Lambda(...)``);
+- **in functions only called from such places** (every call site in the file is
+  one of them);
+- **on input data before it enters a model**: outside a module's methods, a
+  parameter or loop variable resized on its way into a model the function was
+  handed (``inp = F.interpolate(samples, ...); model(inp)``);
+- **on tensors that carry no gradient**: registered buffers (``self.x`` after
+  ``register_buffer("x", ...)``), tensors built from constants (``torch.arange``,
+  ``torch.tensor`` without ``requires_grad=True``), detached or integer tensors
+  (``.detach()``, ``.long()``), names assigned only such values in the
+  function, and parameters of file-local functions that every call site passes
+  such a value.
+
+Only this file is read: a function called from another file's ``no_grad`` block
+is not known to be gradient-free here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import libcst as cst
+
+from detaudit.knowledge.apis import DATA_API_ALIASES
+from detaudit.static.facts import CallFact, FileFacts, Scope
+from detaudit.static.walk import walk
+
+#: Context managers and decorators under which autograd records nothing.
+NO_GRAD_CONTEXTS = frozenset(
+    {"torch.no_grad", "torch.inference_mode", "torch.autograd.no_grad", "torch.autograd.inference_mode",
+     "torch.autograd.grad_mode.no_grad", "torch.autograd.grad_mode.inference_mode"}
+)
+
+#: Bases that make a class a dataset (its methods run on data, not parameters).
+DATASET_BASES = frozenset(
+    {"torch.utils.data.Dataset", "torch.utils.data.IterableDataset", "torch.utils.data.TensorDataset",
+     "torch.utils.data.dataset.Dataset", "torch.utils.data.dataset.IterableDataset"}
+)
+#: Methods through which a non-module class serves items or batches.
+DATA_SERVING_METHODS = ("__getitem__", "__iter__", "__next__")
+#: Bases that make a class a module (its methods may carry gradients): ``torch.nn.*`` and Lightning's.
+MODULE_BASE_PREFIXES = ("torch.nn.", "lightning.", "pytorch_lightning.")
+#: Callables whose arguments are transforms (``transforms.Compose([...])``, ``transforms.Lambda(f)``).
+TRANSFORM_HOLDERS = ("Compose", "Lambda", "RandomApply", "RandomChoice", "RandomOrder")
+COLLATE_KEYWORD = "collate_fn"
+
+#: torch factories that build a tensor from constants or shapes: no gradient unless ``requires_grad=True``.
+CONSTANT_TENSOR_FACTORIES = frozenset(
+    f"torch.{name}"
+    for name in ("tensor", "as_tensor", "from_numpy", "zeros", "ones", "full", "empty", "arange", "linspace",
+                 "logspace", "eye", "zeros_like", "ones_like", "full_like", "empty_like", "randint", "randperm")
+)
+#: Tensor methods whose result carries no gradient (detached, or an integer/boolean dtype).
+GRADLESS_METHODS = frozenset(
+    {"detach", "long", "int", "short", "byte", "char", "bool", "argmax", "argmin", "argsort", "nonzero"}
+)
+#: Tensor methods that keep their receiver's gradient-ness (device and layout moves, views).
+GRADIENT_PRESERVING_METHODS = frozenset(
+    {"to", "cuda", "cpu", "float", "double", "half", "bfloat16", "view", "reshape", "unsqueeze", "squeeze",
+     "clone", "contiguous", "expand", "expand_as", "permute", "transpose", "flatten", "type_as"}
+)
+_MAX_DEPTH = 6
+
+
+@dataclass
+class _Function:
+    """What the gradient analysis needs to know about one file-local function."""
+
+    node: cst.FunctionDef
+    owner: str | None  # the class a method belongs to
+    assignments: dict[str, list[cst.BaseExpression]] = field(default_factory=dict)
+    #: names bound as ``for`` targets (loop variables: their values come from the iterable)
+    loop_targets: set[str] = field(default_factory=set)
+    #: value node id -> the name it is assigned to
+    target_of: dict[int, str] = field(default_factory=dict)
+
+
+class _Assignments(cst.CSTVisitor):
+    def __init__(self, function: _Function) -> None:
+        super().__init__()
+        self.function = function
+
+    def visit_Assign(self, node: cst.Assign) -> None:
+        for target in node.targets:
+            if isinstance(target.target, cst.Name):
+                self.function.assignments.setdefault(target.target.value, []).append(node.value)
+                self.function.target_of[id(node.value)] = target.target.value
+
+    def visit_AugAssign(self, node: cst.AugAssign) -> None:
+        if isinstance(node.target, cst.Name):
+            self.function.assignments.setdefault(node.target.value, []).append(node.value)
+
+    def visit_For(self, node: cst.For) -> None:
+        for name in _names_in(node.target):
+            self.function.loop_targets.add(name)
+
+
+def _names_in(target: cst.BaseExpression) -> list[str]:
+    if isinstance(target, cst.Name):
+        return [target.value]
+    if isinstance(target, (cst.Tuple, cst.List)):
+        return [name for element in target.elements for name in _names_in(element.value)]
+    return []
+
+
+class GradFlow:
+    """Where no parameter's gradient can pass in one file (``FileAnalyses.grad_flow``)."""
+
+    def __init__(self, facts: FileFacts) -> None:
+        self.facts = facts
+        self._functions: dict[str, _Function] = {}
+        self._verdicts: dict[str, str | None] = {}
+        self._deciding: set[str] = set()
+        self._buffers: frozenset[str] | None = None
+        self._pipeline_names: frozenset[str] | None = None
+        self._class_kinds: dict[str, str | None] = {}
+
+    # -- the question ------------------------------------------------------------
+
+    def blocked(self, call: CallFact, operand: cst.BaseExpression | None = None) -> str | None:
+        """Why no parameter's gradient can pass through ``call`` (applied to
+        ``operand``), or None when one may."""
+        function = self._defining_function(call.scope.function)
+        return (
+            self._no_grad_block(call.scope)
+            or self._function_verdict(function)
+            or (self._gradless(operand, function, 0) if operand is not None else None)
+            or self._input_before_a_model(call, operand, function)
+        )
+
+    def _input_before_a_model(self, call: CallFact, operand: cst.BaseExpression | None, function: str | None) -> str | None:
+        """``def multi_scale(samples, model): inp = F.interpolate(samples, ...); model(inp)``:
+        outside a module's methods, an input (a parameter or loop variable never
+        reassigned) resized or padded on its way into a model the function was
+        handed carries no parameter gradient."""
+        if function is None or not isinstance(operand, cst.Name):
+            return None
+        local = self._function(function)
+        if local.owner is not None and self._class_kind(local.owner) == "module":
+            return None  # a module's input may be the previous layer's output
+        name = operand.value
+        if _parameter_position(local.node, name) is None and name not in local.loop_targets:
+            return None
+        if any(not _derives_from(value, name) for value in local.assignments.get(name, [])):
+            return None
+        result = local.target_of.get(id(call.node))
+        if result is None:
+            return None
+        models = {p.name.value for p in (*local.node.params.posonly_params, *local.node.params.params)}
+        for site in self.facts.calls:
+            callee = site.node.func
+            if (
+                isinstance(callee, cst.Name)
+                and callee.value in models
+                and self._defining_function(site.scope.function) == function
+                and any(isinstance(arg.value, cst.Name) and arg.value.value == result for arg in site.node.args)
+            ):
+                return f"`{name}` is input data, resized on its way into `{callee.value}`"
+        return None
+
+    # -- contexts ----------------------------------------------------------------
+
+    def _no_grad_block(self, scope: Scope) -> str | None:
+        for condition in scope.conditions:
+            if isinstance(condition, cst.With) and any(self._is_no_grad(item.item) for item in condition.items):
+                return "inside a no_grad()/inference_mode() block"
+        return None
+
+    def _is_no_grad(self, node: cst.BaseExpression) -> bool:
+        callee = node.func if isinstance(node, cst.Call) else node
+        return self.facts.names.resolve(callee) in NO_GRAD_CONTEXTS
+
+    def _defining_function(self, scope_function: str | None) -> str | None:
+        """The file-level function or method (``Net.forward``) a scope sits in; a
+        nested function counts as part of the function that defines it."""
+        if scope_function is None:
+            return None
+        parts = scope_function.split(".")
+        for end in range(len(parts), 0, -1):
+            name = ".".join(parts[:end])
+            if name in self.facts.functions:
+                return name
+        return None
+
+    def _function(self, name: str) -> _Function:
+        found = self._functions.get(name)
+        if found is None:
+            owner = name.rpartition(".")[0] or None
+            found = _Function(self.facts.functions[name], owner if owner in self.facts.classes else None)
+            walk(found.node, [_Assignments(found)])  # read-only: libcst's visit would rebuild the function
+            self._functions[name] = found
+        return found
+
+    def _function_verdict(self, name: str | None) -> str | None:
+        if name is None:
+            return None
+        if name in self._verdicts:
+            return self._verdicts[name]
+        if name in self._deciding:
+            return None  # recursion: decided by the other call sites
+        self._deciding.add(name)
+        try:
+            verdict = self._decide_function(name)
+        finally:
+            self._deciding.discard(name)
+        self._verdicts[name] = verdict
+        return verdict
+
+    def _decide_function(self, name: str) -> str | None:
+        function = self._function(name)
+        short = name.rpartition(".")[2]
+        if any(self._is_no_grad(decorator.decorator) for decorator in function.node.decorators):
+            return f"{short}() is decorated with no_grad()/inference_mode()"
+        if function.owner is not None:
+            kind = self._class_kind(function.owner)
+            if kind == "data":
+                return f"{function.owner} serves data (a dataset or loader class): its tensors carry no parameter gradient"
+            if function.owner in self._data_pipeline_names():
+                return f"{function.owner} is a transform of the data pipeline"
+        elif short in self._data_pipeline_names():
+            return f"{short}() is a collate function or transform of the data pipeline"
+        sites = self._call_sites(name, function)
+        if sites:
+            reasons = [self._no_grad_block(site.scope) or self._function_verdict(self._defining_function(site.scope.function)) for site in sites]
+            if all(reasons):
+                return f"{short}() is only called where no gradient flows ({reasons[0]})"
+        return None
+
+    def _call_sites(self, name: str, function: _Function) -> list[CallFact]:
+        """Calls of a file-local function by its name, or of a method through ``self.``/``cls.``."""
+        short = name.rpartition(".")[2]
+        sites = []
+        for call in self.facts.calls:
+            func = call.node.func
+            if function.owner is None:
+                if isinstance(func, cst.Name) and func.value == short and not self.facts.names.is_bound(short):
+                    sites.append(call)
+            elif (
+                isinstance(func, cst.Attribute)
+                and func.attr.value == short
+                and isinstance(func.value, cst.Name)
+                and func.value.value in ("self", "cls")
+                and (call.scope.function or "").startswith(function.owner + ".")
+            ):
+                sites.append(call)
+        return sites
+
+    # -- classes and the data pipeline -------------------------------------------
+
+    def _class_kind(self, name: str) -> str | None:
+        """``"data"`` for a dataset or loader class, ``"module"`` for an ``nn.Module``, else None."""
+        if name in self._class_kinds:
+            return self._class_kinds[name]
+        self._class_kinds[name] = None  # a cycle of bases decides nothing
+        node = self.facts.classes[name]
+        kind = None
+        for base in node.bases:
+            qualname = self.facts.names.resolve(base.value)
+            qualname = DATA_API_ALIASES.get(qualname, qualname)
+            local = base.value.value if isinstance(base.value, cst.Name) and base.value.value in self.facts.classes else None
+            if qualname in DATASET_BASES:
+                kind = "data"
+            elif qualname is not None and qualname.startswith(MODULE_BASE_PREFIXES):
+                kind = "module"
+            elif local is not None:
+                kind = self._class_kind(local)
+            if kind is not None:
+                break
+        if kind is None and any(f"{name}.{method}" in self.facts.functions for method in DATA_SERVING_METHODS):
+            kind = "data"
+        self._class_kinds[name] = kind
+        return kind
+
+    def _data_pipeline_names(self) -> frozenset[str]:
+        """Names of functions and classes the file hands to the data pipeline:
+        ``collate_fn=f``, ``Compose([Resize(), MyTransform()])``, ``Lambda(f)``."""
+        if self._pipeline_names is None:
+            found: set[str] = set()
+            for call in self.facts.calls:
+                collate = call.value_node(COLLATE_KEYWORD)
+                if isinstance(collate, cst.Name):
+                    found.add(collate.value)
+                callee = (call.qualname or call.method or "").rpartition(".")[2]
+                if callee in TRANSFORM_HOLDERS:
+                    for arg in call.node.args:
+                        elements = arg.value.elements if isinstance(arg.value, (cst.List, cst.Tuple)) else [arg]
+                        for element in elements:
+                            value = element.value
+                            value = value.func if isinstance(value, cst.Call) else value
+                            if isinstance(value, cst.Name):
+                                found.add(value.value)
+            self._pipeline_names = frozenset(found)
+        return self._pipeline_names
+
+    # -- tensors -----------------------------------------------------------------
+
+    def _registered_buffers(self) -> frozenset[str]:
+        """Names given to ``register_buffer`` (also through an alias such as
+        ``register_buffer = lambda name, val: self.register_buffer(name, val.float())``)."""
+        if self._buffers is None:
+            names = set()
+            for call in self.facts.calls:
+                callee = call.method or (call.node.func.value if isinstance(call.node.func, cst.Name) else None)
+                if callee == "register_buffer":
+                    value = self.facts.evaluate(call.value_node("name", 0))
+                    if isinstance(value.value, str):
+                        names.add(value.value)
+            self._buffers = frozenset(names)
+        return self._buffers
+
+    def _gradless(self, node: cst.BaseExpression, function: str | None, depth: int) -> str | None:
+        """Why the tensor ``node`` (an expression in ``function``) carries no gradient, or None."""
+        if depth > _MAX_DEPTH:
+            return None
+        if isinstance(node, cst.Attribute):
+            if isinstance(node.value, cst.Name) and node.value.value == "self" and node.attr.value in self._registered_buffers():
+                return f"self.{node.attr.value} is a registered buffer"
+            return None
+        if isinstance(node, cst.Call):
+            qualname = self.facts.names.resolve(node.func)
+            if qualname in CONSTANT_TENSOR_FACTORIES:
+                wants_grad = any(a.keyword is not None and a.keyword.value == "requires_grad" and not self.facts.evaluate(a.value).falsy for a in node.args)
+                return None if wants_grad else f"{qualname}() builds a tensor without a gradient"
+            if isinstance(node.func, cst.Attribute):
+                method = node.func.attr.value
+                if method in GRADLESS_METHODS:
+                    return f".{method}() gives a tensor without a gradient"
+                if method in GRADIENT_PRESERVING_METHODS:
+                    return self._gradless(node.func.value, function, depth + 1)
+            return None
+        if isinstance(node, cst.Name):
+            if function is not None:
+                return self._gradless_name(node.value, function, depth)
+            assigned = self.facts.simple_assignments.get(node.value)
+            if assigned and len(assigned) == 1:
+                return self._gradless(assigned[0], None, depth + 1)
+        return None
+
+    def _gradless_name(self, name: str, function: str, depth: int) -> str | None:
+        local = self._function(function)
+        if name in local.loop_targets:
+            return None
+        values = local.assignments.get(name, [])
+        # ``x = x.to(device)`` keeps what ``x`` was; every other value must be gradless itself
+        other = [v for v in values if not _derives_from(v, name)]
+        position = _parameter_position(local.node, name)
+        if position is None and not other:
+            return None  # a global or a closure variable: not followed
+        reasons = []
+        for value in other:
+            reason = self._gradless(value, function, depth + 1)
+            if reason is None:
+                return None
+            reasons.append(reason)
+        if position is None:
+            return reasons[0]
+        sites = self._call_sites(function, local)
+        if not sites:
+            return None
+        offset = 1 if local.owner is not None else 0  # ``self`` is not passed at a method's call site
+        for site in sites:
+            passed = site.value_node(name, position - offset)
+            if passed is None or self._gradless(passed, self._defining_function(site.scope.function), depth + 1) is None:
+                return None
+        return f"every call of {function.rpartition('.')[2]}() passes `{name}` a tensor without a gradient"
+
+
+def _derives_from(value: cst.BaseExpression, name: str) -> bool:
+    """``x.to(device)``, ``x.float().cuda()``: the value is ``name`` moved or viewed."""
+    while isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute) and value.func.attr.value in GRADIENT_PRESERVING_METHODS:
+        value = value.func.value
+    return isinstance(value, cst.Name) and value.value == name
+
+
+def _parameter_position(function: cst.FunctionDef, name: str) -> int | None:
+    for position, param in enumerate((*function.params.posonly_params, *function.params.params)):
+        if param.name.value == name:
+            return position
+    return None

@@ -1,0 +1,207 @@
+"""The static pass's layering: rule modules are found, not listed, and never import each other."""
+
+from __future__ import annotations
+
+import ast
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import detaudit.static.rules as rules_package
+from detaudit.static.rule import all_rules
+
+REPO = Path(__file__).resolve().parents[1]
+RULES_DIR = REPO / "detaudit" / "static" / "rules"
+RULES_PACKAGE = "detaudit.static.rules"
+
+
+def _rule_module_names() -> set[str]:
+    return {path.stem for path in RULES_DIR.glob("*.py") if path.name != "__init__.py"}
+
+
+def _imported_modules(source: str, package: str = RULES_PACKAGE) -> set[str]:
+    """Every module a module of ``package`` imports (at any depth of its code,
+    relative imports resolved), and every name it imports from one."""
+    imported = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            imported |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.rsplit(".", node.level - 1)[0] if node.level > 1 else package
+                base = f"{anchor}.{base}" if base else anchor
+            imported.add(base)
+            imported |= {f"{base}.{alias.name}" for alias in node.names}
+    return imported
+
+
+def test_no_rule_module_imports_another_rule_module():
+    offenders = {}
+    for path in sorted(RULES_DIR.glob("*.py")):
+        imported = _imported_modules(path.read_text(encoding="utf-8"))
+        rule_modules = {m for m in imported if m.startswith(RULES_PACKAGE + ".")}
+        rule_modules = {m.split(".")[3] for m in rule_modules} & _rule_module_names()
+        rule_modules.discard(path.stem)
+        if rule_modules:
+            offenders[path.name] = sorted(rule_modules)
+    assert offenders == {}
+
+
+def test_the_import_check_sees_every_spelling():
+    """The check above must not pass by missing an import form."""
+    source = textwrap.dedent(
+        """
+        from detaudit.static.rules.seeds import X
+        from detaudit.static.rules import ordering
+        from . import memory
+        from .entropy import Y
+        import detaudit.static.rules.ops
+
+        def later():
+            from detaudit.static.rules.determinism import Z
+        """
+    )
+    found = {m.split(".")[3] for m in _imported_modules(source) if m.startswith(RULES_PACKAGE + ".")}
+    assert {"seeds", "ordering", "memory", "entropy", "ops", "determinism"} <= found
+
+
+def test_every_rule_module_is_loaded():
+    loaded = {module.__name__.rpartition(".")[2] for module in rules_package.RULE_MODULES}
+    assert loaded == _rule_module_names()
+    defined_in = {rule.__module__.rpartition(".")[2] for rule in all_rules()}
+    assert defined_in == _rule_module_names()
+
+
+def test_a_new_rule_module_is_loaded_without_being_listed(tmp_path):
+    """Dropping a module into ``rules/`` is all it takes: in a copy of the package,
+    a new module's rule shows up in the registry and runs on a file."""
+    shutil.copytree(REPO / "detaudit", tmp_path / "detaudit", ignore=shutil.ignore_patterns("__pycache__"))
+    (tmp_path / "detaudit" / "static" / "rules" / "zz_probe.py").write_text(
+        textwrap.dedent(
+            '''
+            from detaudit.static.rule import Invalid, Rule
+
+
+            class ProbeRule(Rule):
+                code = "DET999"
+                name = "probe-rule"
+                summary = "A rule that exists only in this test."
+                rationale = "It proves that rule modules are discovered."
+                fix_hint = "None needed."
+                VALID = ("import torch\\n",)
+                INVALID = (Invalid("import torch\\nprobe()\\n", line=2),)
+
+                def finish(self):
+                    for call in self.facts.calls:
+                        if call.qualname is None and call.method is None:
+                            self.report(call.node, "probe")
+            '''
+        ),
+        encoding="utf-8",
+    )
+    script = textwrap.dedent(
+        f"""
+        import sys
+        sys.path.insert(0, {str(tmp_path)!r})
+        import detaudit
+        assert detaudit.__file__.startswith({str(tmp_path)!r}), detaudit.__file__
+        from detaudit.static.engine import check_source
+        from detaudit.static.rule import find_rule
+        assert find_rule("DET999") is find_rule("probe-rule") is not None
+        print(sorted(f.code for f in check_source("import torch\\nprobe()\\n", "train.py").findings))
+        """
+    )
+    completed = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert completed.returncode == 0, completed.stderr
+    assert "DET999" in completed.stdout
+
+
+# --- knowledge/apis.py holds only what two or more modules read ----------------------
+
+
+def _apis_families(package: Path) -> list[tuple[set[str], set[str]]]:
+    """The families of names in ``knowledge/apis.py`` under ``package`` (names
+    whose definitions use one another, e.g. a table and the lists derived from
+    it), each with the modules of ``package`` that import any of them."""
+    apis = package / "knowledge" / "apis.py"
+    tree = ast.parse(apis.read_text(encoding="utf-8"))
+    uses: dict[str, set[str]] = {}  # name -> the apis names its definition uses
+    for statement in tree.body:
+        if isinstance(statement, (ast.Assign, ast.AnnAssign)):
+            targets = statement.targets if isinstance(statement, ast.Assign) else [statement.target]
+            defined = [n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)]
+            body = statement.value
+        elif isinstance(statement, (ast.ClassDef, ast.FunctionDef)):
+            defined, body = [statement.name], statement
+        else:
+            continue
+        used = {n.id for n in ast.walk(body) if isinstance(n, ast.Name)} if body is not None else set()
+        for name in defined:
+            uses[name] = used
+    for name in uses:
+        uses[name] &= set(uses) - {name}
+    readers: dict[str, set[str]] = {name: set() for name in uses}
+    for path in package.rglob("*.py"):
+        if path == apis:
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and node.module == "detaudit.knowledge.apis":
+                for alias in node.names:
+                    if alias.name in readers:
+                        readers[alias.name].add(str(path.relative_to(package)))
+    neighbours = {name: set(used) for name, used in uses.items()}
+    for name, used in uses.items():
+        for other in used:
+            neighbours[other].add(name)
+    families, seen = [], set()
+    for start in uses:
+        if start in seen:
+            continue
+        family, stack = set(), [start]
+        while stack:
+            name = stack.pop()
+            if name not in family:
+                family.add(name)
+                stack.extend(neighbours[name] - family)
+        seen |= family
+        families.append((family, set().union(*(readers[name] for name in family))))
+    return families
+
+
+def _apis_problems(package: Path) -> list[str]:
+    problems = []
+    for family, modules in _apis_families(package):
+        public = sorted(name for name in family if not name.startswith("_"))
+        if public and len(modules) < 2:
+            read_by = f"only {', '.join(sorted(modules))} reads it" if modules else "no module reads it"
+            problems.append(f"{', '.join(public)}: {read_by}")
+    return problems
+
+
+def test_apis_keeps_only_knowledge_two_modules_read():
+    """A list one module alone reads lives in that module (a rule's with its rule),
+    and backend settings live in the settings table: what stays in ``apis.py`` is
+    read by two or more modules, directly or through a list derived from it."""
+    assert _apis_problems(REPO / "detaudit") == []
+
+
+def test_the_apis_check_finds_single_reader_and_unread_lists(tmp_path):
+    package = tmp_path / "detaudit"
+    (package / "knowledge").mkdir(parents=True)
+    (package / "knowledge" / "apis.py").write_text(
+        textwrap.dedent(
+            """
+            SHARED = frozenset({"a"})
+            DERIVED = frozenset(x.upper() for x in SHARED)
+            PRIVATE_TO_ONE = ("b",)
+            UNREAD = 3
+            """
+        ),
+        encoding="utf-8",
+    )
+    (package / "one.py").write_text("from detaudit.knowledge.apis import DERIVED, PRIVATE_TO_ONE, SHARED\n", encoding="utf-8")
+    (package / "two.py").write_text("from detaudit.knowledge.apis import SHARED\n", encoding="utf-8")
+    assert _apis_problems(package) == ["PRIVATE_TO_ONE: only one.py reads it", "UNREAD: no module reads it"]
