@@ -157,6 +157,28 @@ def test_an_expression_too_deep_for_libcst_is_left_out_and_the_rest_checked(tmp_
     assert "train.py: not fixed: part of it was not analysed" in result.stderr
 
 
+@pytest.mark.parametrize(
+    "template",
+    [
+        "def step():\n    x = {chain}\n    return x\n",  # indented in a block
+        "def step(\n    x={chain},\n):\n    return x\n",  # a compound statement's header
+        "if ({chain}) > 0:\n    pass\n",
+        "@decorate({chain})\ndef step():\n    pass\n",
+        '"""Docs (with an open bracket\nthat joins lines."""\nx = {chain}\n',  # its bracket joins lines
+        "for i in range(3):\n    x = [\n        {chain},\n    ]\n",
+    ],
+)
+def test_an_expression_over_the_limits_is_found_wherever_its_logical_line_stands(tmp_path, template):
+    """Long logical lines are first parsed on their own; the whole file is
+    parsed when one does not parse alone or is over a limit, so that the
+    expression is left out exactly as before."""
+    body = template.format(chain=chain(300))
+    path = write(tmp_path / "train.py", "import torch\n" + body + "torch.backends.cudnn.benchmark = True\n")
+    findings = check_file(path, "train.py", tmp_path).findings
+    assert [f.name for f in findings] == ["parse-error", "cudnn-benchmark"]
+    assert findings[0].message.startswith("expression not analysed: nested") and findings[1].line == body.count("\n") + 2
+
+
 def test_left_out_expression_keeps_lines_and_columns_around_it(tmp_path):
     """The placeholder has the expression's shape: what follows it on its last
     line, and every later line, is located exactly (multi-byte text included)."""

@@ -11,9 +11,11 @@ levels deep.  So, before libcst sees a file:
 
 - Files whose text has no long logical line (nearly all) go straight on: no
   expression in them can be deep or costly enough to matter.
-- The others are measured with Python's own parser (linear, in C).  Each
-  outermost expression gets a depth (as libcst will nest it) and a parse cost
-  (the sum of its nodes' depths: a chain of n terms costs about n²/2).
+- The others are measured with Python's own parser (linear, in C): first
+  each long logical line on its own, and the whole file only when one of them
+  does not parse alone or is over a limit.  Each outermost expression gets a
+  depth (as libcst will nest it) and a parse cost (the sum of its nodes'
+  depths: a chain of n terms costs about n²/2).
 - An expression over either limit is not parsed: its text becomes a
   placeholder of the same shape (``(_)`` padded with spaces, same lines, same
   columns around it), the rest of the file is checked as usual, and a
@@ -105,31 +107,21 @@ def without_complex_expressions(text: str, budget: float) -> tuple[str, list[Ski
     """``text`` with every expression over the limits replaced by a placeholder
     of the same shape, and the expressions replaced (none: ``text`` itself).
     Raises TooComplex for a file Python's own parser cannot take apart."""
-    if len(text) < LONG_LOGICAL_LINE or not _has_long_logical_line(text):
+    if len(text) < LONG_LOGICAL_LINE:
         return text, []
-    try:
-        with warnings.catch_warnings(), _recursion_limit_at_least(AST_RECURSION_LIMIT):
-            warnings.simplefilter("ignore")  # SyntaxWarnings about the user's code are not ours to print
-            tree = ast.parse(text)
-    except SyntaxError as error:
-        if error.msg == "too many nested parentheses":  # libcst would take minutes to say so
-            raise TooComplex(f"syntax error: {error.msg} (line {error.lineno})") from None
+    long_lines = _long_logical_lines(text)
+    # Python's parser costs about a seventh of libcst's, on the whole file: the
+    # long logical lines alone are parsed first (each one statement, nearly
+    # always), and only a file where one of them fails to parse on its own or
+    # holds an expression over a limit is parsed whole, which decides.
+    if all(_within_limits(line, budget) for line in long_lines):
+        return text, []
+    tree = _python_tree(text)
+    if tree is None:
         return text, []  # libcst reports it (its grammar differs in places, so it decides)
-    except (RecursionError, MemoryError):
-        raise TooComplex("too deeply nested for Python's own parser") from None
-    except ValueError:
-        return text, []
     skipped = []
     spans = []
-    line_offsets = [0, *(match.end() for match in re.finditer(rb"\r\n|\r|\n", text.encode("utf-8")))]
-    for node, depth, cost in _outermost_expressions(tree, line_offsets):
-        predicted = cost * SECONDS_PER_COST_UNIT
-        if depth > MAX_EXPRESSION_DEPTH:
-            reason = f"nested {depth} levels deep (the limit is {MAX_EXPRESSION_DEPTH})"
-        elif predicted > budget:
-            reason = f"parsing it would take about {predicted:.2g} s (the per-file time budget is {budget:g} s)"
-        else:
-            continue
+    for node, reason in _over_limits(tree, text, budget):
         skipped.append(Skipped(node.lineno, node.col_offset + 1, f"expression not analysed: {reason}; the rest of the file was checked"))
         spans.append((node.lineno, node.col_offset, node.end_lineno, node.end_col_offset))
     if not spans:
@@ -141,6 +133,49 @@ def without_complex_expressions(text: str, budget: float) -> tuple[str, list[Ski
         Skipped(s.line, len(lines[s.line - 1].encode("utf-8")[: s.column - 1].decode("utf-8", "replace")) + 1, s.reason)
         for s in skipped
     ]
+
+
+def _python_tree(text: str) -> ast.Module | None:
+    """Python's own ast of ``text``; None for a syntax error libcst should report.
+    Raises TooComplex for text Python's parser cannot take apart."""
+    try:
+        with warnings.catch_warnings(), _recursion_limit_at_least(AST_RECURSION_LIMIT):
+            warnings.simplefilter("ignore")  # SyntaxWarnings about the user's code are not ours to print
+            return ast.parse(text)
+    except SyntaxError as error:
+        if error.msg == "too many nested parentheses":  # libcst would take minutes to say so
+            raise TooComplex(f"syntax error: {error.msg} (line {error.lineno})") from None
+        return None
+    except (RecursionError, MemoryError):
+        raise TooComplex("too deeply nested for Python's own parser") from None
+    except ValueError:
+        return None
+
+
+def _within_limits(logical_line: str, budget: float) -> bool:
+    """Whether one logical line, parsed on its own, holds no expression over a
+    limit.  False also when it does not parse on its own (a compound
+    statement's header, a line that only looked joined): the whole file decides."""
+    statement = logical_line.lstrip(" \t")  # its indentation, if it stood in a block
+    if statement.rstrip().endswith(":"):
+        statement += " pass"  # a long ``def``, ``if`` or ``with`` header gets a body
+    try:
+        tree = _python_tree(statement)
+    except TooComplex:
+        return False
+    return tree is not None and next(_over_limits(tree, statement, budget), None) is None
+
+
+def _over_limits(tree: ast.Module, text: str, budget: float) -> Iterator[tuple[ast.expr, str]]:
+    """(expression, why) for each outermost expression of ``tree`` (parsed from
+    ``text``) that is too deep or too costly for libcst."""
+    line_offsets = [0, *(match.end() for match in re.finditer(rb"\r\n|\r|\n", text.encode("utf-8")))]
+    for node, depth, cost in _outermost_expressions(tree, line_offsets):
+        predicted = cost * SECONDS_PER_COST_UNIT
+        if depth > MAX_EXPRESSION_DEPTH:
+            yield node, f"nested {depth} levels deep (the limit is {MAX_EXPRESSION_DEPTH})"
+        elif predicted > budget:
+            yield node, f"parsing it would take about {predicted:.2g} s (the per-file time budget is {budget:g} s)"
 
 
 @contextlib.contextmanager
@@ -160,21 +195,28 @@ def _recursion_limit_at_least(limit: int) -> Iterator[None]:
             sys.setrecursionlimit(before)
 
 
-def _has_long_logical_line(text: str) -> bool:
-    """Whether some logical line (physical lines joined inside brackets or after a
-    backslash) is at least LONG_LOGICAL_LINE characters long.  Brackets in
-    strings and comments are counted too: that can only join lines, so the
-    answer errs towards measuring a file, never towards skipping one."""
-    length = depth = 0
-    for line in text.split("\n"):
+def _long_logical_lines(text: str) -> list[str]:
+    """The text of each logical line (physical lines joined inside brackets or
+    after a backslash) at least LONG_LOGICAL_LINE characters long.  Brackets in
+    strings and comments are counted too: they can join lines (never hide a
+    long one), and a text that only looks like one logical line does not parse
+    on its own, so that the whole file is measured."""
+    lines = text.split("\n")
+    found = []
+    length = depth = first = 0
+    for index, line in enumerate(lines):
+        if not length:
+            first = index
         length += len(line) + 1
-        if length >= LONG_LOGICAL_LINE:
-            return True
         depth += line.count("(") + line.count("[") + line.count("{")
         depth -= line.count(")") + line.count("]") + line.count("}")
         if depth <= 0 and not line.rstrip("\r").endswith("\\"):
+            if length >= LONG_LOGICAL_LINE:
+                found.append("\n".join(lines[first : index + 1]))
             depth = length = 0
-    return False
+    if length >= LONG_LOGICAL_LINE:  # still open at the end of the file
+        found.append("\n".join(lines[first:]))
+    return found
 
 
 #: Fields of these nodes that libcst nests one (or two) levels deeper than ast:
