@@ -32,6 +32,14 @@ _FORMATTING = (
     cst.RightParen,
     cst.Comma,
     cst.Semicolon,
+    # tokens that hold only whitespace
+    cst.LeftSquareBracket,
+    cst.RightSquareBracket,
+    cst.LeftCurlyBrace,
+    cst.RightCurlyBrace,
+    cst.Colon,
+    cst.AssignEqual,
+    cst.Dot,
 )
 
 #: Dataclass field order differs from source order for these; walk them as the
@@ -40,6 +48,10 @@ _SOURCE_ORDER = {
     cst.FunctionDef: ("decorators", "name", "params", "returns", "body"),
     cst.ClassDef: ("decorators", "name", "bases", "keywords", "body"),
     cst.IfExp: ("body", "test", "orelse"),
+    cst.Arg: ("keyword", "value"),
+    cst.ExceptHandler: ("type", "name", "body"),
+    cst.ExceptStarHandler: ("type", "name", "body"),
+    cst.Parameters: ("posonly_params", "posonly_ind", "params", "star_arg", "kwonly_params", "star_kwarg"),
 }
 
 _fields_of: dict[type, tuple[str, ...]] = {}
@@ -94,14 +106,25 @@ class _EnteredTypes(dict):
 _enters = _EnteredTypes()
 
 
+_ordered_node_fields_of: dict[type, tuple[str, ...]] = {}
+
+
+def _ordered_node_fields(cls: type) -> tuple[str, ...]:
+    """The fields of ``cls`` that can hold a node the walk enters, in source order."""
+    fields = _ordered_node_fields_of.get(cls)
+    if fields is None:
+        node_fields = _node_fields(cls)
+        fields = _ordered_node_fields_of[cls] = tuple(f for f in _child_fields(cls) if f in node_fields)
+    return fields
+
+
 _reversed_node_fields_of: dict[type, tuple[str, ...]] = {}
 
 
 def _reversed_node_fields(cls: type) -> tuple[str, ...]:
     fields = _reversed_node_fields_of.get(cls)
     if fields is None:
-        node_fields = _node_fields(cls)
-        fields = _reversed_node_fields_of[cls] = tuple(f for f in reversed(_child_fields(cls)) if f in node_fields)
+        fields = _reversed_node_fields_of[cls] = tuple(reversed(_ordered_node_fields(cls)))
     return fields
 
 
@@ -242,6 +265,22 @@ def walk(
                 stack.append(value)
             if enter:
                 stack.append((item, enter))
+
+
+def child_nodes(node: cst.CSTNode) -> list[cst.CSTNode]:
+    """``node.children`` without the formatting (whitespace, comments, commas,
+    parentheses), in source order.  Read from the node's fields: libcst's
+    ``children`` runs a visitor that rebuilds the node to collect them, which
+    made it the main cost of the rules that walk subtrees by hand."""
+    children = []
+    for field in _ordered_node_fields(type(node)):
+        value = getattr(node, field)
+        kind = type(value)
+        if kind is tuple or kind is list:
+            children.extend([v for v in value if _enters[type(v)]])
+        elif _enters[kind]:
+            children.append(value)
+    return children
 
 
 def iter_nodes(root: cst.CSTNode) -> Iterable[cst.CSTNode]:

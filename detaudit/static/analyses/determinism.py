@@ -19,6 +19,7 @@ from detaudit.knowledge.apis import DETERMINISM_SWITCHES, LIGHTNING_TRAINER, TRA
 from detaudit.knowledge.backend_settings import backend_settings
 from detaudit.static.analyses.helpers import helper_calls, project_helper_named
 from detaudit.static.facts import UNKNOWN, CallFact, FileFacts, Scope, SettingWrite, StaticValue
+from detaudit.static.walk import child_nodes
 
 if TYPE_CHECKING:
     from detaudit.static.analyses.values import Values
@@ -174,7 +175,7 @@ def _contains(tree: cst.CSTNode | None, node: cst.CSTNode) -> bool:
         current = stack.pop()
         if current is node:
             return True
-        stack.extend(current.children)
+        stack.extend(child_nodes(current))
     return False
 
 

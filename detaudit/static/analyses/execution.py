@@ -25,6 +25,7 @@ import libcst as cst
 
 from detaudit.static.facts import CallFact
 from detaudit.static.project import ModuleSummary
+from detaudit.static.walk import child_nodes
 
 # Node types are compared with ``type(node) is ...``: libcst's classes are ABCs,
 # and isinstance through abc would dominate the cost of a walk over every statement.
@@ -160,14 +161,14 @@ def header(statement: cst.CSTNode) -> Iterator[cst.CSTNode]:
     statement of its parent's else branch)."""
     orelse = getattr(statement, "orelse", None)
     elif_ = orelse if type(orelse) is cst.If else None
-    pending = list(reversed(statement.children))
+    pending = list(reversed(child_nodes(statement)))
     while pending:
         child = pending.pop()
         kind = type(child)
         if kind in _SUITES or child is elif_:
             continue
         if kind in _BLOCK_HOLDERS:
-            pending.extend(reversed(child.children))
+            pending.extend(reversed(child_nodes(child)))
             continue
         yield child
 

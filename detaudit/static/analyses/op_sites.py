@@ -34,6 +34,7 @@ from detaudit.knowledge.ops import UNKNOWN, CallArguments, OpMatch, OpsTable, lo
 from detaudit.knowledge.ops.model import Spelling
 from detaudit.knowledge.ops.versions import installed_torch_version
 from detaudit.static.facts import CallFact, FileFacts
+from detaudit.static.walk import child_nodes
 
 #: ``if torch.are_deterministic_algorithms_enabled():`` guards deterministic-mode code.
 _DETERMINISM_QUERIES = frozenset(s.read for s in backend_settings()["deterministic-algorithms"].spellings if s.read)
@@ -172,7 +173,7 @@ def mentions_call(facts: FileFacts, node: cst.CSTNode, qualnames: frozenset[str]
         current = stack.pop()
         if isinstance(current, cst.Call) and facts.names.resolve(current.func) in qualnames:
             return True
-        stack.extend(current.children)
+        stack.extend(child_nodes(current))
     return False
 
 

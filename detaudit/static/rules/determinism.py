@@ -24,6 +24,7 @@ from detaudit.static.edits import InsertStatement, Replace, setting_comment_word
 from detaudit.static.facts import CallFact, StaticValue
 from detaudit.static.fix_code import determinism_code
 from detaudit.static.rule import Invalid, Rule
+from detaudit.static.walk import child_nodes
 
 
 #: ``torch.compile`` modes that pick kernels by timing them (torch 2.13
@@ -285,7 +286,7 @@ def _restores_in_finally(call: CallFact) -> bool:
                 node = stack.pop()
                 if node is call.node:
                     return True
-                stack.extend(node.children)
+                stack.extend(child_nodes(node))
     return False
 
 

@@ -29,6 +29,7 @@ from detaudit.static.facts import CallFact, FileFacts
 from detaudit.static.names import dotted_name
 from detaudit.static.project import Effects, initialises_weights
 from detaudit.static.rule import Invalid, Rule
+from detaudit.static.walk import child_nodes
 
 #: Identifiers (names, attributes, environment variable names, lower-cased) that
 #: hold a process's rank: torch.distributed, torchrun's environment, Lightning
@@ -87,7 +88,7 @@ def _identifiers_in(node: cst.CSTNode) -> Iterator[tuple[str, str | None]]:
         else:
             if isinstance(current, cst.SimpleString) and isinstance(current.evaluated_value, str):
                 yield current.evaluated_value, None
-            stack.extend((child, True) for child in current.children)
+            stack.extend((child, True) for child in child_nodes(current))
 
 
 def _callee_names(call: CallFact) -> set[str]:
@@ -502,7 +503,7 @@ def _walk(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
         elif isinstance(current, cst.Arg):
             stack.append(current.value)
         else:
-            stack.extend(current.children)
+            stack.extend(child_nodes(current))
 
 
 def _names_in(node: cst.CSTNode) -> Iterator[cst.Name]:

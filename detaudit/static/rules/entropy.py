@@ -10,6 +10,7 @@ from detaudit.static.analyses.strings import is_string_expression
 from detaudit.static.facts import CallFact
 from detaudit.static.names import dotted_name
 from detaudit.static.rule import Invalid, Rule
+from detaudit.static.walk import child_nodes
 
 
 #: Calls whose value differs on every run: a seed derived from one is no seed.
@@ -220,7 +221,7 @@ class EntropySeed(Rule):
             assigned = self.facts.simple_assignments.get(node.value)
             if assigned and len(assigned) == 1:
                 return self._entropy_source(assigned[0], depth + 1)
-        for child in node.children:
+        for child in child_nodes(node):
             source = self._entropy_source(child, depth)
             if source is not None:
                 return source

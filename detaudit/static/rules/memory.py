@@ -19,6 +19,7 @@ import libcst as cst
 from detaudit.findings import Severity
 from detaudit.static.analyses.execution import every_block, is_line
 from detaudit.static.rule import Invalid, Rule
+from detaudit.static.walk import child_nodes
 
 
 #: Allocators whose result holds whatever the memory held before.
@@ -288,6 +289,6 @@ def _uses(node: cst.CSTNode, name: str, parents: list[cst.CSTNode]):
             yield [*parents, node]
         return
     parents.append(node)
-    for child in node.children:
+    for child in child_nodes(node):
         yield from _uses(child, name, parents)
     parents.pop()

@@ -21,6 +21,7 @@ from detaudit.static.analyses.strings import is_string_expression, is_string_ite
 from detaudit.static.edits import Replace, wrapped_in_call
 from detaudit.static.names import dotted_name
 from detaudit.static.rule import Invalid, Rule
+from detaudit.static.walk import child_nodes
 
 
 #: Directory listings in the order the filesystem returns (not sorted).
@@ -110,7 +111,7 @@ class _ScopeFlow:
             if isinstance(node, cst.Name | cst.Attribute):
                 return
         parents.append(node)
-        for child in node.children:
+        for child in child_nodes(node):
             self._walk(child, parents)
         parents.pop()
 
@@ -295,7 +296,7 @@ def _loop_body_nodes(loop: cst.For):
         node = stack.pop()
         yield node
         if not isinstance(node, (cst.FunctionDef, cst.ClassDef, cst.Lambda)):
-            stack.extend(node.children)
+            stack.extend(child_nodes(node))
 
 
 def sorted_fix(node: cst.BaseExpression, *, safe: bool = True) -> Replace | None:

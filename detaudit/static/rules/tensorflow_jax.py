@@ -16,6 +16,7 @@ from detaudit.knowledge.apis import (
 from detaudit.static.analyses.helpers import project_helper_named
 from detaudit.static.facts import CallFact, FileFacts
 from detaudit.static.rule import Invalid, Rule
+from detaudit.static.walk import child_nodes
 
 
 #: Calls that seed TensorFlow's global RNG (``keras.utils.set_random_seed`` seeds
@@ -110,7 +111,7 @@ def flag_text(facts: FileFacts, node: cst.BaseExpression | None) -> str:
             pieces.append(text if isinstance(text, str) else "")
         elif isinstance(current, cst.FormattedStringText):
             pieces.append(current.value)
-        stack.extend(current.children)
+        stack.extend(child_nodes(current))
     return " ".join(pieces)
 
 
