@@ -250,14 +250,14 @@ class PerRankInitSeed(Rule):
         """The rank identifiers the torch seed of ``call`` is computed from (none:
         it does not seed torch, or not from the rank, or the file is not distributed)."""
         facts = self.facts
-        if TORCH not in self._effects(call).seeds:  # first: most calls seed nothing, and the rank analysis costs more
-            return set()
         ranks = set()
         device_specific = _DEVICE_SPECIFIC_SEED.get(call.qualname or "")
         if device_specific is not None and facts.evaluate(call.value_node(*device_specific)).truthy:
             ranks.add("device_specific=True")
         ranks |= rank_identifiers(facts, call.value_node(*SEED_PARAMETERS.get(call.qualname or "", ("seed", 0))))
-        if not ranks:
+        # the effects last: they ask the project about the callee, which costs
+        # more than reading the few calls that pass a rank at all
+        if not ranks or TORCH not in self._effects(call).seeds:
             return set()
         distributed = ranks - _AMBIGUOUS_RANKS or any(facts.imports_module(m) for m in _DISTRIBUTED_MODULES)
         return ranks if distributed else set()
@@ -265,6 +265,11 @@ class PerRankInitSeed(Rule):
     def _averages_across_ranks(self) -> bool:
         """Whether the file averages something across ranks (gradients, by hand):
         hand-written data parallelism, whose ranks must hold one model."""
+        # a callee's name is spelled in the file (at the call, or in the import
+        # that binds it): most files are settled by their text, without a look at each call
+        text = self.context.source.text.lower()
+        if not any(part in text for part in _GRADIENT_AVERAGING_NAME_PARTS):
+            return False
         return any(
             call.qualname != "functools.reduce"
             and any(part in " ".join(_callee_names(call)).lower() for part in _GRADIENT_AVERAGING_NAME_PARTS)
