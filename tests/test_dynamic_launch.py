@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import textwrap
 import time
 from pathlib import Path
@@ -91,3 +92,38 @@ def test_timeout_kills_a_hanging_script():
     assert result.timed_out and result.returncode is None and result.failed
     assert time.monotonic() - started < 30
     assert "timed out" in result.describe_failure()
+
+
+def test_killing_a_process_group_returns_once_none_of_it_is_alive(tmp_path):
+    """``kill_process_group`` waits for the processes it killed to be gone
+    (a zombie is dead), reading each one's group from /proc/PID/stat, whose
+    process name may hold spaces and parentheses."""
+    import shutil
+    import subprocess
+
+    from detaudit.dynamic.launch import kill_process_group
+
+    odd_name = tmp_path / "sl) 1 (p"
+    shutil.copy(shutil.which("sleep"), odd_name)
+    leader = subprocess.Popen(["sh", "-c", f"'{odd_name}' 60 & '{odd_name}' 60 & wait"], start_new_session=True)
+    deadline = time.monotonic() + 10
+    while len(_live_members(leader.pid)) < 3 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert len(_live_members(leader.pid)) == 3  # the shell and its two sleeps
+    kill_process_group(leader.pid)
+    assert _live_members(leader.pid) == []
+    leader.wait()
+
+
+def _live_members(group: int) -> list[str]:
+    """The pids of the group's processes that are not zombies, from /proc."""
+    live = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            stat = Path(f"/proc/{pid}/stat").read_text()
+        except OSError:
+            continue
+        state, _parent, member_of = stat[stat.rindex(")") + 2 :].split()[:3]
+        if int(member_of) == group and state not in ("Z", "X"):
+            live.append(pid)
+    return live

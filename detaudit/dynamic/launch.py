@@ -283,10 +283,49 @@ def _wait_for_end_of_output(streams, seconds: float) -> bool:
 
 
 def _kill_group(process: subprocess.Popen) -> None:
+    kill_process_group(process.pid)
+
+
+def kill_process_group(group: int) -> None:
+    """SIGKILL every process of a process group, then wait (at most
+    ``_KILL_WAIT_SECONDS``) until none of them is alive.  A killed process
+    takes a while to exit (a training process unmaps gigabytes, on a loaded
+    machine for a good part of a second), and callers promise that no process
+    of the run outlives them."""
     try:
-        os.killpg(process.pid, signal.SIGKILL)
+        os.killpg(group, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):  # the group is gone (macOS says EPERM for a zombie-only group)
-        pass
+        return
+    deadline = time.monotonic() + _KILL_WAIT_SECONDS
+    pause = 0.002
+    while _group_has_live_process(group) and time.monotonic() < deadline:
+        time.sleep(pause)
+        pause = min(pause * 2, 0.05)
+
+
+#: how long kill_process_group waits for the killed processes to be gone
+_KILL_WAIT_SECONDS = 10.0
+
+
+def _group_has_live_process(group: int) -> bool:
+    """Whether a process of the group is still running or exiting (zombies
+    are dead: they wait only for their parent to read their status).  Reads
+    /proc; without it (macOS) the kill is taken as done."""
+    try:
+        pids = [name for name in os.listdir("/proc") if name.isdigit()]
+    except OSError:
+        return False
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat", "rb") as stream:
+                stat = stream.read()
+        except OSError:  # gone meanwhile
+            continue
+        # "pid (comm) state ppid pgrp ...": comm may hold spaces and parentheses
+        state, _parent, process_group = stat[stat.rfind(b")") + 2 :].split(b" ", 3)[:3]
+        if int(process_group) == group and state not in (b"Z", b"X"):
+            return True
+    return False
 
 
 class _OutputTail:

@@ -32,7 +32,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Sequence
 
-from detaudit.dynamic.launch import LaunchOptions, ScriptResult, run_script
+from detaudit.dynamic.launch import LaunchOptions, ScriptResult, kill_process_group, run_script
 
 #: how long the ranks get to write their stacks after SIGUSR1
 _STACK_DUMP_SECONDS = 1.0
@@ -150,10 +150,7 @@ def _kill_rank_groups(output_dir: Path, ranks: range) -> None:
         except (OSError, ValueError):  # never started, gone, or no /proc: nothing known to kill
             continue
         if b"detaudit.dynamic.bootstrap" in command:
-            try:
-                os.killpg(pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
+            kill_process_group(pid)
 
 
 def _rank_result(folder: Path, launcher: ScriptResult) -> ScriptResult:
