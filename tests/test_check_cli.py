@@ -429,8 +429,9 @@ def test_code_repeated_within_one_statement_is_located_by_its_rank_in_pythons_as
     module = cst.parse_module(text)
     calls = [n for n in _all_nodes(module) if isinstance(n, cst.Call) and module.code_for_node(n.func) == "F.interpolate"]
     locator = _Locator(module, text)
-    assert len(calls) == 4 and all(locator._by_text(call) is None for call in calls)
-    assert [locator._by_rank(call) is not None for call in calls] == [True, True, False, False]
+    snippets = [module.code_for_node(call).strip() for call in calls]
+    assert len(calls) == 4 and all(locator._by_text(snippet) is None for snippet in snippets)
+    assert [locator._by_rank(call, snippet) is not None for call, snippet in zip(calls, snippets)] == [True, True, False, False]
     spans = locator.spans(calls)
     exact = MetadataWrapper(module, unsafe_skip_copy=True).resolve(PositionProvider)
     for call in calls:
@@ -439,6 +440,30 @@ def test_code_repeated_within_one_statement_is_located_by_its_rank_in_pythons_as
             p.start.line, p.start.column, p.end.line, p.end.column,
         )
 
+
+
+def test_a_multi_line_call_ends_at_its_own_parenthesis_when_code_follows_on_its_last_line():
+    """Inside an indented block libcst prints a node's continuation lines
+    without the block's indentation; the node ends where its last line's text
+    first ends in the file, not at a later parenthesis on that line."""
+    import libcst as cst
+    from libcst.metadata import MetadataWrapper, PositionProvider
+
+    from detaudit.static.engine import _Locator
+
+    text = (
+        "import torch.nn.functional as F\n\n"
+        "def attend(q, k, v):\n"
+        "    if q is not None:\n"
+        "        x = F.scaled_dot_product_attention(\n            q, k, v,\n        ).transpose(1, 2).reshape(-1)\n"
+        "    return x\n"
+    )
+    module = cst.parse_module(text)
+    [call] = [n for n in _all_nodes(module) if isinstance(n, cst.Call) and module.code_for_node(n.func).endswith("attention")]
+    span = _Locator(module, text).spans([call])[id(call)]
+    p = MetadataWrapper(module, unsafe_skip_copy=True).resolve(PositionProvider)[call]
+    assert (span.start_line, span.start_column, span.end_line, span.end_column) == (5, 12, 7, 9)
+    assert (p.start.line, p.start.column, p.end.line, p.end.column) == (5, 12, 7, 9)
 
 def _all_nodes(module):
     from detaudit.static.walk import iter_nodes

@@ -333,7 +333,8 @@ class _Lines:
         A multi-line node inside an indented block is printed by libcst without
         the block's indentation on its continuation lines, so such a node is
         found by its first line (which is exact) and ends on the line its last
-        line ends."""
+        line ends, where that line's text first ends (``).transpose(...)``: at
+        the first parenthesis)."""
         haystack = self.text
         offset = haystack.find(snippet)
         if offset >= 0:
@@ -349,8 +350,10 @@ class _Lines:
             return None
         line_start = self.starts[last_line - 1]
         line_end = self.starts[last_line] if last_line < len(self.starts) else len(haystack)
+        # the node's last line starts its line (after the indentation): the
+        # node ends where that text first ends there, whatever follows it
         last = lines[-1].strip()
-        end = haystack.rfind(last, line_start, line_end)
+        end = haystack.find(last, line_start, line_end)
         return (offset, end + len(last)) if last and end >= 0 else None
 
 
@@ -373,9 +376,10 @@ def _ast_twins() -> dict[type, type]:
 
 class _Locator:
     """Positions of reported nodes: by their unique text in the file, else by
-    their unique text within their top-level statement, else by their rank
-    among the nodes of their type in Python's ``ast`` of the file (a tenth of
-    libcst's parse; the text there must be the node's), else by libcst's
+    their rank among the nodes of their type in Python's ``ast`` of the file
+    (a tenth of libcst's parse; the text there must be the node's), else by
+    their unique text within their top-level statement (libcst's code for that
+    statement: dearer than the ``ast`` for a large class), else by libcst's
     PositionProvider (about twice the parse), for what is still ambiguous.
 
     Each piece is computed once per file: the line starts, each statement's
@@ -408,9 +412,12 @@ class _Locator:
                 self.deadline.check()
             if id(node) in spans:
                 continue
-            span = self._by_text(node)
-            if span is None and self._round_trips():
-                span = self._by_rank(node)
+            snippet = self.module.code_for_node(node).strip()
+            span = self._by_text(snippet) if snippet else None
+            if span is None:
+                span = self._by_rank(node, snippet)
+            if span is None and snippet:
+                span = self._in_statement(node, snippet)
             if span is None:
                 unresolved.append(node)
             else:
@@ -426,14 +433,10 @@ class _Locator:
                 spans[id(node)] = span if to_file is None else self._mapped(span, to_file)
         return spans
 
-    def _by_text(self, node: "cst.CSTNode") -> _Span | None:
-        snippet = self.module.code_for_node(node).strip()
-        if not snippet:
-            return None
+    def _by_text(self, snippet: str) -> _Span | None:
+        """Where a node's code occurs, when it occurs once in the file."""
         found = self.lines.find_unique(snippet)
-        if found is not None:
-            return self.lines.span(*found)
-        return self._in_statement(node, snippet)
+        return None if found is None else self.lines.span(*found)
 
     def _in_statement(self, node: "cst.CSTNode", snippet: str) -> _Span | None:
         """For a node whose text repeats in the file: find it within its top-level
@@ -470,9 +473,11 @@ class _Locator:
                         counts[kind] += 1
         return self._statement_of
 
-    def _by_rank(self, node: "cst.CSTNode") -> _Span | None:
+    def _by_rank(self, node: "cst.CSTNode", snippet: str) -> _Span | None:
         """The k-th node of its type is where Python's ``ast`` puts the k-th node of
-        the twin type; taken only when the text there is the node's code."""
+        the twin type; taken only when the text there is the node's code
+        (``snippet``).  Positions in the file's own text: the tree need not
+        round-trip."""
         twin = _ast_twins().get(type(node))
         if twin is None:
             return None
@@ -485,7 +490,7 @@ class _Locator:
         line, column, end_line, end_column = places[rank]
         start, end = self._offset(line, column), self._offset(end_line, end_column)
         found = split_lines(self.lines.text[start:end])
-        expected = split_lines(self.module.code_for_node(node).strip())
+        expected = split_lines(snippet)
         if [text.strip() for text in found] != [text.strip() for text in expected]:
             return None
         return self.lines.span(start, end)
