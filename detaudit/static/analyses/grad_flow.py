@@ -18,7 +18,9 @@ A gradient cannot pass:
   ``__iter__``), collate functions (passed as ``collate_fn=``) and transforms
   (named in a ``Compose([...])`` or ``Lambda(...)``);
 - **in functions only called from such places** (every call site in the file is
-  one of them);
+  one of them); for a function nested in another, its calls in the enclosing
+  function, made by its name or through a local name it was assigned to,
+  alone or in a dispatch table (``fn = [basic, mirrored][level]; fn(x)``);
 - **on input data before it enters a model**: outside a module's methods, a
   parameter or loop variable resized on its way into a model the function was
   handed (``inp = F.interpolate(samples, ...); model(inp)``);
@@ -41,7 +43,7 @@ import libcst as cst
 
 from detaudit.knowledge.apis import DATA_API_ALIASES
 from detaudit.static.facts import CallFact, FileFacts, Scope
-from detaudit.static.walk import walk
+from detaudit.static.walk import child_nodes, walk
 
 #: Context managers and decorators under which autograd records nothing.
 NO_GRAD_CONTEXTS = frozenset(
@@ -141,6 +143,7 @@ class GradFlow:
         function = self._defining_function(call.scope.function)
         return (
             self._no_grad_block(call.scope)
+            or self._nested_verdict(call.scope.function, function)
             or self._function_verdict(function)
             or (self._gradless(operand, function, 0) if operand is not None else None)
             or self._input_before_a_model(call, operand, function)
@@ -243,6 +246,57 @@ class GradFlow:
             if all(reasons):
                 return f"{short}() is only called where no gradient flows ({reasons[0]})"
         return None
+
+    def _nested_verdict(self, scope_function: str | None, enclosing: str | None) -> str | None:
+        """For code in a function nested in the file-level function ``enclosing``
+        (``infer.mirrored``): why no gradient flows through it, when every call
+        that can reach the nested function is made where none does."""
+        if scope_function is None or enclosing is None or scope_function == enclosing:
+            return None
+        nested = scope_function[len(enclosing) + 1 :].partition(".")[0]
+        key = f"{enclosing}.{nested}"
+        if key not in self._verdicts:
+            sites = self._nested_call_sites(enclosing, nested)
+            reasons = [self._no_grad_block(site.scope) for site in sites or ()]
+            self._verdicts[key] = (
+                f"{nested}() is only called where no gradient flows ({reasons[0]})" if sites and all(reasons) else None
+            )
+        return self._verdicts[key]
+
+    def _nested_call_sites(self, enclosing: str, nested: str) -> list[CallFact] | None:
+        """The calls in ``enclosing`` that can run its nested function ``nested``:
+        by its name, or through a local name assigned it directly or in a
+        list, tuple or dict literal (subscripted or not).  None when the
+        function escapes otherwise (passed on, returned, stored elsewhere)."""
+        parents = _parents(self.facts.functions[enclosing])  # id(node) -> (node, its parent)
+        callers: set[str] = {nested}
+        for node, parent in parents.values():
+            if not (isinstance(node, cst.Name) and node.value == nested):
+                continue
+            if isinstance(parent, cst.FunctionDef) and parent.name is node:
+                continue  # its definition
+            if isinstance(parent, cst.Call) and parent.func is node:
+                continue  # a call by its name
+            holder = node
+            if isinstance(parent, (cst.Element, cst.DictElement)) and parent.value is node:
+                holder = parents[id(parent)][1]  # the literal
+                if isinstance(parents[id(holder)][1], cst.Subscript):
+                    holder = parents[id(holder)][1]
+            assigned = parents[id(holder)][1]
+            if not (isinstance(assigned, cst.Assign) and assigned.value is holder):
+                return None
+            for target in assigned.targets:
+                if not isinstance(target.target, cst.Name):
+                    return None
+                callers.add(target.target.value)
+        sites = []
+        for call in self.facts.calls:
+            func = call.node.func
+            if isinstance(func, cst.Subscript):
+                func = func.value
+            if isinstance(func, cst.Name) and func.value in callers and self._defining_function(call.scope.function) == enclosing:
+                sites.append(call)
+        return sites
 
     def _call_sites(self, name: str, function: _Function) -> list[CallFact]:
         """Calls of a file-local function by its name, or of a method through ``self.``/``cls.``."""
@@ -381,6 +435,18 @@ class GradFlow:
             if passed is None or self._gradless(passed, self._defining_function(site.scope.function), depth + 1) is None:
                 return None
         return f"every call of {function.rpartition('.')[2]}() passes `{name}` a tensor without a gradient"
+
+
+def _parents(root: cst.CSTNode) -> dict[int, tuple[cst.CSTNode, cst.CSTNode | None]]:
+    """id of every node under ``root`` (formatting excepted) -> (the node, its parent)."""
+    parents: dict[int, tuple[cst.CSTNode, cst.CSTNode | None]] = {id(root): (root, None)}
+    stack = [root]
+    while stack:
+        node = stack.pop()
+        for child in child_nodes(node):
+            parents[id(child)] = (child, node)
+            stack.append(child)
+    return parents
 
 
 def _derives_from(value: cst.BaseExpression, name: str) -> bool:

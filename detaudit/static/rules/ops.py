@@ -75,8 +75,10 @@ class NondeterministicOp(Rule):
         reported only where a parameter's gradient can pass: not under
         `torch.no_grad()`/`inference_mode()` (blocks and decorated functions),
         not in the data pipeline (dataset and loader classes, collate
-        functions, transforms), not in functions only called from those, not
-        on input data resized on its way into a model, and not on tensors that
+        functions, transforms), not in functions only called from those (a
+        nested function also through a local name or a dispatch table it was
+        put in: `fn = [plain, mirrored][level]`), not on input data resized on
+        its way into a model, and not on tensors that
         carry no gradient (registered buffers, tensors
         built from constants, detached or integer tensors, and what a helper
         receives only from those).  A module's `forward` and a loss on
@@ -114,6 +116,11 @@ class NondeterministicOp(Rule):
         # integer indices built from constants (repeat_interleave's backward never runs), a detached tensor
         "import torch\nbatch = torch.arange(4).repeat_interleave(3)\n",
         "import torch\nimport torch.nn.functional as F\ny = F.interpolate(x.detach(), scale_factor=2, mode='bilinear')\n",
+        # test-time augmentation in a nested function picked from a dispatch table and called under no_grad
+        "import torch\nimport torch.nn.functional as F\n\ndef infer(model, images, level):\n"
+        "    def plain(x):\n        return model(x)\n    def translated(x):\n"
+        "        return model(F.pad(x, (2,) * 4, 'reflect'))\n    infer_fn = [plain, translated][level]\n"
+        "    with torch.no_grad():\n        return infer_fn(images)\n",
         # test-time multi-scale resizing of the input before the model
         "import torch\nimport torch.nn.functional as F\n\ndef multi_scale(samples, model):\n"
         "    inp = F.interpolate(samples, scale_factor=0.5, mode='bilinear')\n    return model(inp)\n",
@@ -160,6 +167,14 @@ class NondeterministicOp(Rule):
         ),
         Invalid("import torch\nfor obs, actions in batches:\n    q = model(obs).gather(1, actions)\n    q.sum().backward()\n", line=3),
         Invalid("import torch\n\nclass Expand(torch.nn.Module):\n    def forward(self, x):\n        return x.repeat_interleave(2, dim=0)\n", line=5),
+        # the nested function is also called where gradients flow
+        Invalid(
+            "import torch\nimport torch.nn.functional as F\n\ndef step(model, images, level):\n"
+            "    def translated(x):\n        return model(F.pad(x, (2,) * 4, 'reflect'))\n"
+            "    with torch.no_grad():\n        reference = translated(images)\n"
+            "    return translated(images) - reference\n",
+            line=6,
+        ),
         # a third-party layer whose traced run reaches scatter-add (the shipped derived layer table)
         Invalid("from torch_geometric.nn import GCNConv\nconv = GCNConv(16, 32)\n", line=2, message="derived from torch_geometric"),
         # SDPA's backend is picked at run time, and on CUDA the default picks a kernel with an atomic backward
