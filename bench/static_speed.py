@@ -16,7 +16,14 @@ Everything is measured in one run, side by side, and printed as ratios:
 - one-file check, interpreter start included: a training script (parsed) and a
   file that needs no parse
 
-    python bench/static_speed.py [--files 1000] [--package torch] [--jobs N] [--rounds N]
+``--instructions N`` counts instead of timing (valgrind's callgrind: the same
+count on every run, however loaded the machine): on N files spread over the
+corpus, the instructions of a ``check_file`` loop over those of a bare parse
+loop, each less a run that only imports and warms up.  Slow (about 40x), so
+on a sample; the ratio of one-core CPU time that the timed rounds estimate
+with +-15% noise on a loaded 2-core machine.
+
+    python bench/static_speed.py [--files 1000] [--package torch] [--jobs N] [--rounds N] [--instructions N]
 """
 
 from __future__ import annotations
@@ -46,6 +53,48 @@ def corpus(package: str, limit: int) -> list[Path]:
     return files[:limit]
 
 
+#: The programs --instructions counts: each reads the files named on its
+#: command line and warms detaudit up (imports, knowledge tables) on a small
+#: training file; then does nothing more, parses the files, or checks them.
+_COUNTED_PRELUDE = """
+import sys
+from pathlib import Path
+import libcst
+from detaudit.static.engine import check_file
+root, files = Path(sys.argv[1]), [Path(name) for name in sys.argv[2:]]
+texts = [f.read_text(encoding="utf-8", errors="replace") for f in files]
+warm_up = root / "warm_up.py"
+warm_up.write_text("import torch\\ntorch.backends.cudnn.benchmark = True\\nmodel = torch.nn.Linear(2, 2)\\n")
+check_file(warm_up, "warm_up.py", root)
+"""
+_COUNTED_WORK = {
+    "nothing": "",
+    "parse": """
+for text in texts:
+    try:
+        libcst.parse_module(text)
+    except Exception:
+        pass
+""",
+    "check": """
+for f in files:
+    check_file(f, f.name, root)
+""",
+}
+
+
+def instructions(work: str, project: Path, files: list[Path]) -> int:
+    """Instructions callgrind counts for one counted program (``_COUNTED_WORK``)."""
+    counts = project / f"callgrind.{work}"
+    subprocess.run(
+        ["valgrind", "--tool=callgrind", f"--callgrind-out-file={counts}", sys.executable, "-c",
+         _COUNTED_PRELUDE + _COUNTED_WORK[work], str(project), *map(str, files)],
+        env={**os.environ, "PYTHONPATH": str(REPO)}, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )
+    summary = next(line for line in counts.read_text().splitlines() if line.startswith("summary:"))
+    return int(summary.split()[1])
+
+
 def children_cpu() -> float:
     usage = resource.getrusage(resource.RUSAGE_CHILDREN)
     return usage.ru_utime + usage.ru_stime
@@ -66,6 +115,8 @@ def main() -> None:
     parser.add_argument("--package", default="torch", help="whose installed sources to check (default torch)")
     parser.add_argument("--jobs", type=int, help="worker processes of detaudit check (default: its own)")
     parser.add_argument("--rounds", type=int, default=1, help="alternating bare-parse / cold-check rounds (default 1)")
+    parser.add_argument("--instructions", type=int, metavar="N",
+                        help="also count instructions (callgrind) of checking and parsing N sample files")
     options = parser.parse_args()
 
     files = corpus(options.package, options.files)
@@ -113,6 +164,11 @@ def main() -> None:
         no_parse.write_text("def add(a, b):\n    return a + b\n" * 50)
         one_wall, _ = min(run_detaudit(["check", "--no-cache", "--exit-zero", "train.py"], project) for _ in range(3))
         skip_wall, _ = min(run_detaudit(["check", "--no-cache", "--exit-zero", "util.py"], project) for _ in range(3))
+        if options.instructions:
+            copies = sorted((project / "src").glob("*.py"))
+            sample = copies[:: max(1, len(copies) // options.instructions)][: options.instructions]
+            counted = {work: instructions(work, project, sample) for work in _COUNTED_WORK}
+            sample_lines = sum(text.count("\n") for path, text in zip(copies, texts) if path in sample)
 
     cores = os.cpu_count() or 1
     print(f"corpus: {len(files)} {options.package} source files, {lines:,} lines; {cores} cores")
@@ -125,6 +181,10 @@ def main() -> None:
     print(f"detaudit check warm (cache)         : {warm_wall:10.2f} s wall ({warm_cpu:.2f} CPU-s)   (target < 0.5 s for 1,000 files)")
     print(f"one file, parsed, incl. interpreter : {one_wall:10.2f} s wall   (target < 0.8 s)")
     print(f"one file, no parse needed           : {skip_wall:10.2f} s wall   (target < 0.15 s)")
+    if options.instructions:
+        parse, check = (counted[work] - counted["nothing"] for work in ("parse", "check"))
+        print(f"instructions, {len(sample)} sample files ({sample_lines:,} lines): check / bare parse "
+              f"{check / parse:.3f}x   ({check / 1e9:.2f} / {parse / 1e9:.2f} G, callgrind; target <= 1.3x)")
 
 
 if __name__ == "__main__":
