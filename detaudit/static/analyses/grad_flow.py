@@ -280,8 +280,9 @@ class GradFlow:
             holder = node
             if isinstance(parent, (cst.Element, cst.DictElement)) and parent.value is node:
                 holder = parents[id(parent)][1]  # the literal
-                if isinstance(parents[id(holder)][1], cst.Subscript):
-                    holder = parents[id(holder)][1]
+                subscript = parents[id(holder)][1]
+                if isinstance(subscript, cst.Subscript) and subscript.value is holder:
+                    holder = subscript
             assigned = parents[id(holder)][1]
             if not (isinstance(assigned, cst.Assign) and assigned.value is holder):
                 return None
