@@ -146,61 +146,36 @@ class _Worth(dict):
 
 
 class _Hooks:
-    """The visitors' hooks per node class, bound once per class and walk from
-    the plan of their classes (``_hook_plan``), which is worked out once per
-    process: which visitor defines which hook depends only on its class."""
+    """The visitors' hooks per node class, looked up once per class and walk."""
 
     def __init__(self, visitors: Sequence[object]) -> None:
         self._visitors = list(visitors)
-        self._plan = _plans_of.setdefault(tuple(type(v) for v in self._visitors), {})
-        self.by_class: dict[type, tuple[Sequence, Sequence, tuple[tuple[str, Sequence, Sequence], ...]]] = {}
+        self.by_class: dict[type, tuple[list, list, tuple[tuple[str, list, list], ...]]] = {}
 
     def drop(self, visitor: object) -> None:
         """Leave ``visitor`` out of every later lookup."""
         self._visitors = [v for v in self._visitors if v is not visitor]
-        self._plan = _plans_of.setdefault(tuple(type(v) for v in self._visitors), {})
         self.by_class.clear()
 
-    def of(self, cls: type) -> tuple[Sequence, Sequence, tuple[tuple[str, Sequence, Sequence], ...]]:
+    def of(self, cls: type) -> tuple[list, list, tuple[tuple[str, list, list], ...]]:
         """The class's visit and leave hooks, and the fields to walk, last first,
         each with its attribute hooks (on the way in, on the way out)."""
         hooks = self.by_class.get(cls)
         if hooks is None:
-            plan = self._plan.get(cls)
-            if plan is None:
-                plan = self._plan[cls] = _hook_plan(cls, [type(v) for v in self._visitors])
-            visit, leave, fields, has_field_hooks = plan
-            bind = self._bind
-            if has_field_hooks:
-                fields = tuple((field, bind(enter), bind(exit_)) for field, enter, exit_ in fields)
-            hooks = self.by_class[cls] = (bind(visit), bind(leave), fields)
+            name = cls.__name__
+            visit = self._hooks(f"visit_{name}")
+            leave = self._hooks(f"leave_{name}")
+            node_fields = _node_fields(cls)
+            fields = []
+            for field in reversed(_child_fields(cls)):
+                enter, exit_ = self._hooks(f"visit_{name}_{field}"), self._hooks(f"leave_{name}_{field}")
+                if enter or exit_ or field in node_fields:
+                    fields.append((field, enter, exit_))
+            hooks = self.by_class[cls] = (visit, leave, tuple(fields))
         return hooks
 
-    def _bind(self, hooks: tuple[tuple[int, str], ...]) -> Sequence:
-        return [getattr(self._visitors[index], name) for index, name in hooks] if hooks else ()
-
-
-#: visitor classes of a walk -> node class -> its ``_hook_plan``
-_plans_of: dict[tuple[type, ...], dict[type, tuple]] = {}
-
-
-def _hook_plan(cls: type, visitor_classes: Sequence[type]) -> tuple:
-    """For a node class: (visit hooks, leave hooks, fields to walk last first
-    with their (visit, leave) attribute hooks, whether any field has one), each
-    hook as (index of the visitor, method name)."""
-
-    def hooks(name: str) -> tuple[tuple[int, str], ...]:
-        return tuple((index, name) for index, visitor_class in enumerate(visitor_classes) if name in _hook_names(visitor_class))
-
-    name = cls.__name__
-    node_fields = _node_fields(cls)
-    fields = []
-    for field in reversed(_child_fields(cls)):
-        enter, exit_ = hooks(f"visit_{name}_{field}"), hooks(f"leave_{name}_{field}")
-        if enter or exit_ or field in node_fields:
-            fields.append((field, enter, exit_))
-    has_field_hooks = any(enter or exit_ for _, enter, exit_ in fields)
-    return hooks(f"visit_{name}"), hooks(f"leave_{name}"), tuple(fields), has_field_hooks
+    def _hooks(self, name: str) -> list:
+        return [getattr(v, name) for v in self._visitors if name in _hook_names(type(v))]
 
 
 def _is_stub(method) -> bool:

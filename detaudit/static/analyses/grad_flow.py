@@ -130,6 +130,7 @@ class GradFlow:
         self.facts = facts
         self._functions: dict[str, _Function] = {}
         self._verdicts: dict[str, str | None] = {}
+        self._nested_verdicts: dict[str, str | None] = {}  # "enclosing.nested" -> verdict
         self._deciding: set[str] = set()
         self._buffers: frozenset[str] | None = None
         self._pipeline_names: frozenset[str] | None = None
@@ -255,13 +256,13 @@ class GradFlow:
             return None
         nested = scope_function[len(enclosing) + 1 :].partition(".")[0]
         key = f"{enclosing}.{nested}"
-        if key not in self._verdicts:
+        if key not in self._nested_verdicts:
             sites = self._nested_call_sites(enclosing, nested)
             reasons = [self._no_grad_block(site.scope) for site in sites or ()]
-            self._verdicts[key] = (
+            self._nested_verdicts[key] = (
                 f"{nested}() is only called where no gradient flows ({reasons[0]})" if sites and all(reasons) else None
             )
-        return self._verdicts[key]
+        return self._nested_verdicts[key]
 
     def _nested_call_sites(self, enclosing: str, nested: str) -> list[CallFact] | None:
         """The calls in ``enclosing`` that can run its nested function ``nested``:
