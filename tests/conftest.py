@@ -1,4 +1,5 @@
-"""Shared test configuration: GPU tests skip cleanly on machines without CUDA."""
+"""Shared test configuration: GPU tests skip cleanly on machines without CUDA;
+the tracer's compiled recorder is built before any test runs."""
 
 from __future__ import annotations
 
@@ -11,6 +12,14 @@ def _cuda_available() -> bool:
     except ImportError:
         return False
     return torch.cuda.is_available()
+
+
+def pytest_sessionstart(session):
+    # build the tracer's compiled recorder now (a subprocess; about 20 s, once per
+    # torch and source), not inside the first test's traced run and its time limit
+    from detaudit.dynamic import native
+
+    native.ensure_built()
 
 
 def pytest_collection_modifyitems(config, items):

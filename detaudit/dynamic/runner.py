@@ -76,6 +76,9 @@ def audit_script(
     from detaudit.dynamic.analysis import build_report
     from detaudit.dynamic.compare import Trace
     from detaudit.dynamic.saved_state import SavedState
+    from detaudit.dynamic import native
+
+    native.ensure_built()  # here, once: no run's time limit pays for building the compiled recorder
 
     variation = VARIATIONS[vary] if vary else None
     if variation is not None and not variation.repeats_script:  # an audit of its own (batch)

@@ -62,6 +62,7 @@ import importlib
 import inspect
 import os
 import sys
+import types
 import weakref
 import zlib
 from pathlib import Path
@@ -70,6 +71,7 @@ import numpy
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from detaudit.dynamic import native
 from detaudit.dynamic.collectives import EARLY_READ_FIELDS, Communications
 from detaudit.dynamic.trace_format import (
     ALLOCATED,
@@ -413,10 +415,23 @@ class _UserFrames:
         self.caller = self.user = None
 
 
+def native_constants() -> dict:
+    """What the compiled recorder (native_record.cpp) reads of this module, given once at its load."""
+    return {
+        "plain_types": _PLAIN_ARG_TYPES, "parameter_type": torch.nn.Parameter, "crc32": zlib.crc32,
+        "result_meta": _result_meta, "forward": FORWARD, "backward": BACKWARD, "optimizer": OPTIMIZER,
+        "produced": PRODUCED, "allocated": ALLOCATED, "external": EXTERNAL, "uninit": UNINIT, "unread": UNREAD,
+        "crc_max_bytes": _CRC_MAX_BYTES, "stage_limit": _STAGE_LIMIT,
+    }
+
+
 class _OpRecorder(TorchDispatchMode):
-    def __init__(self, tracer: "OpTracer"):
+    def __init__(self, tracer: "OpTracer", compiled: bool):
         super().__init__()
         self.tracer = tracer
+        native_record = native.load() if compiled else None
+        if native_record is not None:  # the compiled twin of the method below
+            self.__torch_dispatch__ = types.MethodType(native_record.dispatch, self)
 
     @classmethod
     def _should_skip_dynamo(cls) -> bool:
@@ -426,15 +441,20 @@ class _OpRecorder(TorchDispatchMode):
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         if self.tracer.paused:
             return func(*args, **(kwargs or {}))
-        return self.tracer.record(func, args, kwargs or {})
+        return self.tracer.record(func, args, kwargs or {}, sys._getframe().f_back)
 
 
 class OpTracer:
     """``device_digests=True`` takes every digest the way a GPU does (a
     position-weighted sum on the tensor's device, staged until ``flush()``),
-    also for CPU tensors: the CUDA digest path, testable without a GPU."""
+    also for CPU tensors: the CUDA digest path, testable without a GPU.
+    ``compiled=False`` records every op in Python (``record``) even where the
+    compiled recorder (``native``) can be loaded."""
 
-    def __init__(self, capture_ops=(), sampled_ops=(), device_digests: bool = False, allocation_fill: int | None = None):
+    def __init__(
+        self, capture_ops=(), sampled_ops=(), device_digests: bool = False, allocation_fill: int | None = None,
+        compiled: bool = True,
+    ):
         self._host_digests = not device_digests  # CPU tensors get host_digest()
         self.records: list[tuple] = []  # OpRecord fields as plain tuples (see record())
         self.digests: list[int] = []  # host digests; a digest id indexes this list once flushed
@@ -477,7 +497,7 @@ class OpTracer:
         self.dispatching: tuple | None = None
         # told of each record as it is traced and of each flush (online_capture.OnlineCapture); None: nobody
         self.observer = None
-        self._modes = [_OpRecorder(self)]
+        self._modes = [_OpRecorder(self, compiled)]
         self.communications = Communications(self)  # torch.distributed's ops, completed when waited on
 
     def attach(self, watcher) -> None:
@@ -887,13 +907,18 @@ class OpTracer:
             meta = self._out_meta[key] = f"{str(tensor.dtype).removeprefix('torch.')}{list(tensor.shape)}"
         return meta
 
-    def record(self, func, args, kwargs):
+    def _info(self, func) -> _OpInfo:
         info = self._op_info.get(id(func))
         if info is None:
             info = self._op_info[id(func)] = _OpInfo(func)
+        return info
+
+    @never_compiled  # (also called from the compiled recorder, outside __torch_dispatch__)
+    def record(self, func, args, kwargs, caller):
+        """Run and record one op; ``caller``: the frame that dispatched it (None: no Python frame did)."""
+        info = self._op_info.get(id(func)) or self._info(func)
         if info.untraced:
             return info.call(*args, **kwargs)
-        caller = sys._getframe(1).f_back  # the frame that dispatched the op
         if info.communicates:
             return self.communications.record(func, info, args, kwargs, caller)
         record_index = len(self.records)

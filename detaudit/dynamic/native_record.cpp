@@ -1,0 +1,831 @@
+// OpTracer.record, compiled: the tracer's hot path for the common op.
+//
+// tracer.py's OpTracer.record is the reference: this function does what it
+// does, step for step, on the same Python state (the tracer's records,
+// digests, staged digests, storage tables, forward sites and last outputs),
+// so the two can take turns within one trace.  What is rare or needs more
+// than bookkeeping stays in Python: an op this function does not handle is
+// handed to OpTracer.record whole (communications, ops returning Python
+// values, captured ops, tensor subclasses other than Parameter), and so is a digest that is not a small contiguous CPU tensor's
+// CRC-32 (OpTracer._stage_digest).  Loaded by native.py, which builds it.
+//
+// Every Python object here is an owned reference held by Ref, or borrowed
+// from something that outlives its use (the op's arguments, the tracer).
+
+#include <Python.h>
+#include <frameobject.h>
+
+#include <ATen/core/Tensor.h>
+#include <c10/core/GradMode.h>
+#include <torch/csrc/DynamicTypes.h>
+#include <torch/csrc/autograd/node.h>
+#include <torch/csrc/autograd/python_variable.h>
+
+#include <dlfcn.h>
+
+#include <unordered_map>
+#include <vector>
+
+namespace {
+
+// An owned reference.
+class Ref {
+ public:
+  Ref() = default;
+  explicit Ref(PyObject* object) : object_(object) {}  // steals
+  Ref(const Ref&) = delete;
+  Ref& operator=(const Ref&) = delete;
+  Ref(Ref&& other) noexcept : object_(other.release()) {}
+  Ref& operator=(Ref&& other) noexcept {
+    reset(other.release());
+    return *this;
+  }
+  ~Ref() { Py_XDECREF(object_); }
+  static Ref borrow(PyObject* object) {
+    Py_XINCREF(object);
+    return Ref(object);
+  }
+  PyObject* get() const { return object_; }
+  PyObject* release() {
+    PyObject* object = object_;
+    object_ = nullptr;
+    return object;
+  }
+  void reset(PyObject* object = nullptr) {
+    Py_XDECREF(object_);
+    object_ = object;
+  }
+  explicit operator bool() const { return object_ != nullptr; }
+
+ private:
+  PyObject* object_ = nullptr;
+};
+
+// Set by configure(): constants and helpers of tracer.py, and interned names.
+struct Constants {
+  PyObject* plain_types;  // _PLAIN_ARG_TYPES
+  PyObject* parameter_type;  // torch.nn.Parameter
+  PyObject* crc32;  // zlib.crc32
+  PyObject* result_meta;  // _result_meta
+  PyObject *forward, *backward, *optimizer;  // phases
+  PyObject *produced, *allocated, *external;  // leaf kinds
+  PyObject *empty_str, *zero, *one, *uninit, *unread;
+  Py_ssize_t crc_max_bytes, stage_limit;
+};
+Constants constants;
+
+struct Names {
+  PyObject *records, *digests, *staged, *tensor_digest, *storage_origin, *forget_at, *forward_sites,
+      *last_outputs, *user_frames, *watcher, *observer, *capture_ops, *communications, *pending,
+      *allocation_fill, *host_digests, *out_meta, *dispatching, *in_optimizer, *module_stack, *steps,
+      *caller, *user, *find, *f_code_filename, *record, *paused, *tracer, *before_op, *after_op, *info, *stage_digest, *forget_dead_storages,
+      *fill_allocation, *meta, *flush, *name, *call, *is_allocation, *is_seeded, *is_view, *flat_args,
+      *single_result, *untraced, *communicates, *returns_python, *written_args, *unread_args, *name_attr;
+};
+Names names;
+
+// What record() needs of an op overload, read once from its tracer._OpInfo.
+struct OpInfo {
+  Ref op;  // held: its address keys this entry
+  Ref name, call;
+  bool is_allocation, is_seeded, is_view, flat_args, single_result, untraced, python_only;
+  std::vector<std::pair<Py_ssize_t, Ref>> written_args, unread_args;  // (position, keyword name)
+};
+std::unordered_map<PyObject*, OpInfo> op_infos;
+
+bool truthy_attr(PyObject* object, PyObject* name, bool* value) {
+  Ref attribute(PyObject_GetAttr(object, name));
+  if (!attribute) return false;
+  int truth = PyObject_IsTrue(attribute.get());
+  if (truth < 0) return false;
+  *value = truth;
+  return true;
+}
+
+bool read_arguments(PyObject* info, PyObject* name, std::vector<std::pair<Py_ssize_t, Ref>>* into) {
+  Ref list(PyObject_GetAttr(info, name));
+  if (!list) return false;
+  Ref iterator(PyObject_GetIter(list.get()));
+  if (!iterator) return false;
+  while (Ref item{PyIter_Next(iterator.get())}) {
+    Py_ssize_t position = PyLong_AsSsize_t(PyTuple_GET_ITEM(item.get(), 0));
+    into->emplace_back(position, Ref::borrow(PyTuple_GET_ITEM(item.get(), 1)));
+  }
+  return !PyErr_Occurred();
+}
+
+const OpInfo* op_info(PyObject* tracer, PyObject* func) {
+  auto found = op_infos.find(func);
+  if (found != op_infos.end()) return &found->second;
+  Ref info(PyObject_CallMethodOneArg(tracer, names.info, func));
+  if (!info) return nullptr;
+  OpInfo entry;
+  entry.op = Ref::borrow(func);
+  entry.name = Ref(PyObject_GetAttr(info.get(), names.name));
+  entry.call = Ref(PyObject_GetAttr(info.get(), names.call));
+  bool communicates = false, returns_python = false;
+  if (!entry.name || !entry.call || !truthy_attr(info.get(), names.is_allocation, &entry.is_allocation) ||
+      !truthy_attr(info.get(), names.is_seeded, &entry.is_seeded) ||
+      !truthy_attr(info.get(), names.is_view, &entry.is_view) ||
+      !truthy_attr(info.get(), names.flat_args, &entry.flat_args) ||
+      !truthy_attr(info.get(), names.single_result, &entry.single_result) ||
+      !truthy_attr(info.get(), names.untraced, &entry.untraced) ||
+      !truthy_attr(info.get(), names.communicates, &communicates) ||
+      !truthy_attr(info.get(), names.returns_python, &returns_python) ||
+      !read_arguments(info.get(), names.written_args, &entry.written_args) ||
+      !read_arguments(info.get(), names.unread_args, &entry.unread_args))
+    return nullptr;
+  entry.python_only = communicates || returns_python;
+  return &op_infos.emplace(func, std::move(entry)).first->second;
+}
+
+// A tuple of values that hold no references (numbers, strings, such tuples)
+// can never be part of a cycle: taken off the garbage collector's lists at
+// once, as CPython's collector would do on its first pass over it.  The
+// trace keeps several per op, and every collection would walk them until then.
+PyObject* atomic(PyObject* tuple) {
+  if (tuple == nullptr || !PyObject_GC_IsTracked(tuple)) return tuple;
+  for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(tuple); ++i) {
+    PyObject* item = PyTuple_GET_ITEM(tuple, i);
+    if (PyObject_IS_GC(item) && PyObject_GC_IsTracked(item)) return tuple;
+  }
+  PyObject_GC_UnTrack(tuple);
+  return tuple;
+}
+
+// The leaves of nested lists and tuples (OpTracer's _flatten), borrowed.
+void flatten(PyObject* value, std::vector<PyObject*>* into) {
+  if (PyList_CheckExact(value) || PyTuple_CheckExact(value)) {
+    Py_ssize_t size = PySequence_Fast_GET_SIZE(value);
+    PyObject** items = PySequence_Fast_ITEMS(value);
+    for (Py_ssize_t i = 0; i < size; ++i) flatten(items[i], into);
+  } else {
+    into->push_back(value);
+  }
+}
+
+bool is_tensor(PyObject* value) { return THPVariable_Check(value); }
+
+// A tensor whose methods no Python subclass can have changed.
+bool is_plain_tensor(PyObject* value) {
+  return THPVariable_CheckExact(value) || reinterpret_cast<PyObject*>(Py_TYPE(value)) == constants.parameter_type;
+}
+
+// zlib's crc32, the library Python's zlib module is linked with; null: call zlib.crc32 through Python
+using Crc32Function = unsigned long (*)(unsigned long, const unsigned char*, unsigned int);
+Crc32Function zlib_crc32 = nullptr;
+
+Crc32Function find_zlib_crc32() {
+  // by name from libz itself: another library in the process may have a crc32 of its own
+  void* library = dlopen("libz.so.1", RTLD_LAZY | RTLD_LOCAL | RTLD_NOLOAD);
+  if (library == nullptr) library = dlopen("libz.so.1", RTLD_LAZY | RTLD_LOCAL);
+  return reinterpret_cast<Crc32Function>(library ? dlsym(library, "crc32") : nullptr);
+}
+
+PyObject* crc32_of(const void* data, Py_ssize_t size) {
+  if (zlib_crc32 != nullptr && size <= 0x7fffffff) {
+    return PyLong_FromUnsignedLong(zlib_crc32(0, static_cast<const unsigned char*>(data), static_cast<unsigned int>(size)));
+  }
+  Ref view(PyMemoryView_FromMemory(static_cast<char*>(const_cast<void*>(data)), size, PyBUF_READ));
+  if (!view) return nullptr;
+  return PyObject_CallOneArg(constants.crc32, view.get());
+}
+
+// The tracer's per-trace state, read afresh for each op (flush and the
+// forgetting of dead storages replace some of these objects).
+struct Tracer {
+  PyObject* self;
+  Ref records, digests, staged, tensor_digest, storage_origin, forward_sites, out_meta, watcher;
+  bool host_digests = true;
+  Py_ssize_t forget_at = 0;
+
+  bool load() {
+    records = Ref(PyObject_GetAttr(self, names.records));
+    digests = Ref(PyObject_GetAttr(self, names.digests));
+    forward_sites = Ref(PyObject_GetAttr(self, names.forward_sites));
+    out_meta = Ref(PyObject_GetAttr(self, names.out_meta));
+    watcher = Ref(PyObject_GetAttr(self, names.watcher));
+    staged = Ref(PyObject_GetAttr(self, names.staged));
+    return records && digests && staged && forward_sites && out_meta && watcher &&
+           truthy_attr(self, names.host_digests, &host_digests) && load_tables();
+  }
+
+  bool load_tables() {
+    tensor_digest = Ref(PyObject_GetAttr(self, names.tensor_digest));
+    storage_origin = Ref(PyObject_GetAttr(self, names.storage_origin));
+    Ref limit(PyObject_GetAttr(self, names.forget_at));
+    if (!tensor_digest || !storage_origin || !limit) return false;
+    forget_at = PyLong_AsSsize_t(limit.get());
+    return !PyErr_Occurred();
+  }
+
+  // OpTracer._stage_digest, with the CRC-32 of a small contiguous CPU tensor done here.
+  PyObject* stage_digest(PyObject* object, const at::Tensor& tensor) {
+    if (host_digests && tensor.is_cpu() && tensor.layout() == c10::kStrided && tensor.is_contiguous() &&
+        static_cast<Py_ssize_t>(tensor.nbytes()) < constants.crc_max_bytes && !tensor.is_conj() &&
+        !tensor.is_neg()) {
+      Ref digest(tensor.nbytes() ? crc32_of(tensor.const_data_ptr(), tensor.nbytes()) : Ref::borrow(constants.zero).release());
+      if (!digest) return nullptr;
+      Py_ssize_t digest_id = PyList_GET_SIZE(digests.get()) + PyList_GET_SIZE(staged.get());
+      if (PyList_Append(staged.get(), digest.get()) < 0) return nullptr;
+      return PyLong_FromSsize_t(digest_id);
+    }
+    return PyObject_CallMethodOneArg(self, names.stage_digest, object);
+  }
+
+  // OpTracer._origin
+  PyObject* origin(PyObject* storage, PyObject* storage_id, PyObject* record_index) {
+    PyObject* entry = PyDict_GetItemWithError(storage_origin.get(), storage_id);
+    if (entry) {
+      if (PyWeakref_GetObject(PyTuple_GET_ITEM(entry, 0)) == storage) return Ref::borrow(PyTuple_GET_ITEM(entry, 1)).release();
+    } else if (PyErr_Occurred()) {
+      return nullptr;
+    }
+    Ref origin(atomic(PyTuple_Pack(2, constants.external, record_index)));
+    if (!origin || !set_origin(storage, storage_id, origin.get())) return nullptr;
+    return origin.release();
+  }
+
+  bool set_origin(PyObject* storage, PyObject* storage_id, PyObject* origin) {
+    Ref reference(PyWeakref_NewRef(storage, nullptr));
+    if (!reference) return false;
+    Ref entry(PyTuple_Pack(2, reference.get(), origin));
+    return entry && PyDict_SetItem(storage_origin.get(), storage_id, entry.get()) == 0;
+  }
+
+  // OpTracer._remember
+  bool remember(PyObject* key, PyObject* storage, int64_t version, PyObject* digest_id, bool written) {
+    Ref reference(PyWeakref_NewRef(storage, nullptr));
+    Ref versions(atomic(written ? Py_BuildValue("(LL)", (long long)version, (long long)version + 1)
+                                : Py_BuildValue("(L)", (long long)version)));
+    if (!reference || !versions) return false;
+    Ref entry(PyTuple_Pack(3, reference.get(), versions.get(), digest_id));
+    if (!entry || PyDict_SetItem(tensor_digest.get(), key, entry.get()) < 0) return false;
+    if (PyDict_GET_SIZE(tensor_digest.get()) + PyDict_GET_SIZE(storage_origin.get()) > forget_at) {
+      Ref done(PyObject_CallMethodNoArgs(self, names.forget_dead_storages));
+      if (!done) return false;
+      return load_tables();
+    }
+    return true;
+  }
+};
+
+// The layout key of OpTracer._input_ref: (id(storage), offset, shape, stride, dtype).
+PyObject* layout_key(PyObject* storage_id, const at::Tensor& tensor) {
+  auto sizes = tensor.sizes();
+  auto strides = tensor.strides();
+  Ref shape(PyTuple_New(sizes.size()));
+  Ref stride(PyTuple_New(strides.size()));
+  if (!shape || !stride) return nullptr;
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    PyObject* size = PyLong_FromLongLong(sizes[i]);
+    PyObject* step = PyLong_FromLongLong(strides[i]);
+    if (!size || !step) {
+      Py_XDECREF(size);
+      Py_XDECREF(step);
+      return nullptr;
+    }
+    PyTuple_SET_ITEM(shape.get(), i, size);
+    PyTuple_SET_ITEM(stride.get(), i, step);
+  }
+  Ref offset(PyLong_FromLongLong(tensor.storage_offset()));
+  if (!offset) return nullptr;
+  PyObject* dtype = reinterpret_cast<PyObject*>(torch::getTHPDtype(tensor.scalar_type()));
+  atomic(shape.get());
+  atomic(stride.get());
+  return atomic(PyTuple_Pack(5, storage_id, offset.get(), shape.get(), stride.get(), dtype));
+}
+
+// A tensor's storage as Python sees it (the one object per storage torch keeps), or null.
+bool storage_of(const at::Tensor& tensor, Ref* storage, Ref* storage_id) {
+  if (!tensor.has_storage()) return false;
+  storage->reset(torch::createPyObject(tensor.storage()));
+  if (!*storage) return false;
+  storage_id->reset(PyLong_FromVoidPtr(storage->get()));
+  return static_cast<bool>(*storage_id);
+}
+
+// OpTracer._input_ref: (digest id, origin or null) into *digest_id and *origin.
+bool input_ref(Tracer& tracer, PyObject* object, PyObject* record_index, Ref* digest_id, Ref* origin) {
+  const at::Tensor& tensor = THPVariable_Unpack(object);
+  Ref storage, storage_id;
+  if (!storage_of(tensor, &storage, &storage_id)) {
+    if (PyErr_Occurred()) return false;
+    digest_id->reset(tracer.stage_digest(object, tensor));
+    origin->reset(atomic(PyTuple_Pack(2, constants.external, record_index)));
+    return *digest_id && *origin;
+  }
+  Ref key(layout_key(storage_id.get(), tensor));
+  if (!key) return false;
+  int64_t version = tensor._version();
+  PyObject* known = PyDict_GetItemWithError(tracer.tensor_digest.get(), key.get());
+  if (known) {
+    if (PyWeakref_GetObject(PyTuple_GET_ITEM(known, 0)) == storage.get()) {
+      PyObject* versions = PyTuple_GET_ITEM(known, 1);
+      for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(versions); ++i) {
+        if (PyLong_AsLongLong(PyTuple_GET_ITEM(versions, i)) == version) {
+          PyObject* known_id = PyTuple_GET_ITEM(known, 2);
+          *digest_id = Ref::borrow(known_id);
+          // an untouched allocation is reported with its origin: reading it is a bug
+          if (PyLong_AsLongLong(known_id) == PyLong_AsLongLong(constants.uninit)) {
+            origin->reset(tracer.origin(storage.get(), storage_id.get(), record_index));
+            return static_cast<bool>(*origin);
+          }
+          origin->reset();
+          return true;
+        }
+      }
+    }
+  } else if (PyErr_Occurred()) {
+    return false;
+  }
+  origin->reset(tracer.origin(storage.get(), storage_id.get(), record_index));
+  if (!*origin) return false;
+  digest_id->reset(tracer.stage_digest(object, tensor));
+  return *digest_id && tracer.remember(key.get(), storage.get(), version, digest_id->get(), false);
+}
+
+// OpTracer._output_ref: a new reference to the digest id, Py_None for a view, null on error.
+PyObject* output_ref(Tracer& tracer, PyObject* object, const OpInfo& info, PyObject* record_index, bool written,
+                     PyObject* view_of, PyObject* view_of_id) {
+  const at::Tensor& tensor = THPVariable_Unpack(object);
+  Ref storage, storage_id;
+  if (!storage_of(tensor, &storage, &storage_id)) {
+    if (PyErr_Occurred()) return nullptr;
+    return tracer.stage_digest(object, tensor);
+  }
+  if (info.is_view && !written) {
+    // a view as large as its input reads all of it: its readers take the input's digest
+    if (view_of != nullptr && tensor.numel() >= THPVariable_Unpack(view_of).numel()) {
+      Ref key(layout_key(storage_id.get(), tensor));
+      if (!key || !tracer.remember(key.get(), storage.get(), THPVariable_Unpack(view_of)._version(), view_of_id, false))
+        return nullptr;
+    }
+    Py_RETURN_NONE;
+  }
+  Ref key(layout_key(storage_id.get(), tensor));
+  if (!key) return nullptr;
+  if (info.is_allocation) {
+    Ref origin(atomic(PyTuple_Pack(2, constants.allocated, record_index)));
+    if (!origin || !tracer.set_origin(storage.get(), storage_id.get(), origin.get()) ||
+        !tracer.remember(key.get(), storage.get(), tensor._version(), constants.uninit, false))
+      return nullptr;
+    return Ref::borrow(constants.uninit).release();
+  }
+  // a write to part of a storage leaves the rest's origin
+  bool keeps_origin = false;
+  if (written && tensor.nbytes() < tensor.storage().nbytes()) {
+    PyObject* entry = PyDict_GetItemWithError(tracer.storage_origin.get(), storage_id.get());
+    if (!entry && PyErr_Occurred()) return nullptr;
+    keeps_origin = entry && PyWeakref_GetObject(PyTuple_GET_ITEM(entry, 0)) == storage.get();
+  }
+  if (!keeps_origin) {
+    Ref origin(atomic(PyTuple_Pack(2, constants.produced, record_index)));
+    if (!origin || !tracer.set_origin(storage.get(), storage_id.get(), origin.get())) return nullptr;
+  }
+  Ref digest_id(tracer.stage_digest(object, tensor));
+  if (!digest_id || !tracer.remember(key.get(), storage.get(), tensor._version(), digest_id.get(), written))
+    return nullptr;
+  return digest_id.release();
+}
+
+// OpTracer._note_forward_sites
+bool note_forward_sites(Tracer& tracer, PyObject* last_outputs) {
+  Ref held = Ref::borrow(last_outputs);
+  if (PyObject_SetAttr(tracer.self, names.last_outputs, Py_None) < 0) return false;
+  PyObject* outputs = PyTuple_GET_ITEM(last_outputs, 0);
+  PyObject* site = PyTuple_GET_ITEM(last_outputs, 1);
+  for (Py_ssize_t i = 0; i < PyList_GET_SIZE(outputs); ++i) {
+    PyObject* output = PyWeakref_GetObject(PyList_GET_ITEM(outputs, i));
+    if (output == Py_None) continue;
+    auto grad_fn = THPVariable_Unpack(output).grad_fn();
+    if (!grad_fn) continue;
+    Ref sequence_nr(PyLong_FromUnsignedLongLong(grad_fn->sequence_nr()));
+    if (!sequence_nr || !PyDict_SetDefault(tracer.forward_sites.get(), sequence_nr.get(), site)) return false;
+  }
+  return true;
+}
+
+// OpTracer._site: a new (phase, file, line, module) tuple.
+PyObject* site_of(Tracer& tracer, PyObject* caller) {
+  PyObject* phase;
+  auto node = torch::autograd::get_current_node();
+  if (node) {
+    Ref sequence_nr(PyLong_FromUnsignedLongLong(node->sequence_nr()));
+    if (!sequence_nr) return nullptr;
+    PyObject* site = PyDict_GetItemWithError(tracer.forward_sites.get(), sequence_nr.get());
+    if (site) {
+      return atomic(PyTuple_Pack(4, constants.backward, PyTuple_GET_ITEM(site, 0), PyTuple_GET_ITEM(site, 1),
+                                 PyTuple_GET_ITEM(site, 2)));
+    }
+    if (PyErr_Occurred()) return nullptr;
+    phase = constants.backward;
+  } else {
+    bool in_optimizer = false;
+    if (tracer.watcher.get() != Py_None && !truthy_attr(tracer.watcher.get(), names.in_optimizer, &in_optimizer))
+      return nullptr;
+    phase = in_optimizer ? constants.optimizer : constants.forward;
+  }
+  Ref frame;
+  if (caller != nullptr) {
+    Ref user_frames(PyObject_GetAttr(tracer.self, names.user_frames));
+    if (!user_frames) return nullptr;
+    Ref cached(PyObject_GetAttr(user_frames.get(), names.caller));
+    if (!cached) return nullptr;
+    frame = cached.get() == caller ? Ref(PyObject_GetAttr(user_frames.get(), names.user))
+                                   : Ref(PyObject_CallMethodOneArg(user_frames.get(), names.find, caller));
+    if (!frame) return nullptr;
+  }
+  // TrainingWatcher.current_module, read from its stack without running the property
+  Ref module = Ref::borrow(constants.empty_str);
+  if (tracer.watcher.get() != Py_None) {
+    Ref stack(PyObject_GetAttr(tracer.watcher.get(), names.module_stack));
+    if (!stack) return nullptr;
+    Py_ssize_t depth = PyList_Check(stack.get()) ? PyList_GET_SIZE(stack.get()) : 0;
+    if (depth > 0) module = Ref::borrow(PyList_GET_ITEM(stack.get(), depth - 1));
+  }
+  if (!frame || frame.get() == Py_None) return atomic(PyTuple_Pack(4, phase, constants.empty_str, constants.zero, module.get()));
+  PyFrameObject* user = reinterpret_cast<PyFrameObject*>(frame.get());
+  Ref code(reinterpret_cast<PyObject*>(PyFrame_GetCode(user)));
+  Ref line(PyLong_FromLong(PyFrame_GetLineNumber(user)));
+  if (!code || !line) return nullptr;
+  return atomic(PyTuple_Pack(4, phase, reinterpret_cast<PyCodeObject*>(code.get())->co_filename, line.get(), module.get()));
+}
+
+// OpTracer's _plain: a non-tensor argument as text equal across processes.
+PyObject* plain(PyObject* value) {
+  int is_plain = PyObject_IsInstance(value, constants.plain_types);
+  if (is_plain < 0) return nullptr;
+  if (is_plain) return PyObject_Repr(value);
+  return PyObject_GetAttr(reinterpret_cast<PyObject*>(Py_TYPE(value)), names.name_attr);
+}
+
+// OpTracer._meta and _result_meta
+PyObject* meta(Tracer& tracer, PyObject* value) {
+  if (!is_tensor(value)) return PyObject_CallOneArg(constants.result_meta, value);
+  const at::Tensor& tensor = THPVariable_Unpack(value);
+  auto sizes = tensor.sizes();
+  Ref shape(PyTuple_New(sizes.size()));
+  if (!shape) return nullptr;
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    PyObject* size = PyLong_FromLongLong(sizes[i]);
+    if (!size) return nullptr;
+    PyTuple_SET_ITEM(shape.get(), i, size);
+  }
+  Ref key(atomic(PyTuple_Pack(2, reinterpret_cast<PyObject*>(torch::getTHPDtype(tensor.scalar_type())), atomic(shape.get()))));
+  if (!key) return nullptr;
+  PyObject* known = PyDict_GetItemWithError(tracer.out_meta.get(), key.get());
+  if (known) return Ref::borrow(known).release();
+  if (PyErr_Occurred()) return nullptr;
+  return PyObject_CallMethodOneArg(tracer.self, names.meta, value);
+}
+
+PyObject* pack(const std::vector<Ref>& items) {
+  PyObject* tuple = PyTuple_New(items.size());
+  if (!tuple) return nullptr;
+  for (size_t i = 0; i < items.size(); ++i) PyTuple_SET_ITEM(tuple, i, Ref::borrow(items[i].get()).release());
+  return atomic(tuple);
+}
+
+PyObject* list_of(const std::vector<PyObject*>& items) {
+  PyObject* list = PyList_New(items.size());
+  if (!list) return nullptr;
+  for (size_t i = 0; i < items.size(); ++i) PyList_SET_ITEM(list, i, Ref::borrow(items[i]).release());
+  return list;
+}
+
+PyObject* list_of(const std::vector<Ref>& items) {
+  PyObject* list = PyList_New(items.size());
+  if (!list) return nullptr;
+  for (size_t i = 0; i < items.size(); ++i) PyList_SET_ITEM(list, i, Ref::borrow(items[i].get()).release());
+  return list;
+}
+
+// Whether OpTracer.record must take this op: what this function does not do.
+bool needs_python(PyObject* tracer, const std::vector<PyObject*>& flat_args, Py_ssize_t record_index, bool* answer) {
+  *answer = true;
+  Ref capture_ops(PyObject_GetAttr(tracer, names.capture_ops));
+  if (!capture_ops) return false;
+  if (PySet_GET_SIZE(capture_ops.get()) > 0) {
+    Ref index(PyLong_FromSsize_t(record_index));
+    int captured = index ? PySet_Contains(capture_ops.get(), index.get()) : -1;
+    if (captured != 0) return captured > 0;
+  }
+  Ref communications(PyObject_GetAttr(tracer, names.communications));
+  if (!communications) return false;
+  bool pending = false;
+  if (!truthy_attr(communications.get(), names.pending, &pending)) return false;
+  if (pending) return true;
+  for (PyObject* value : flat_args) {
+    if (is_tensor(value) && !is_plain_tensor(value)) return true;
+  }
+  *answer = false;
+  return true;
+}
+
+// OpTracer.record(func, args, kwargs, caller); caller: the frame that dispatched the op, or null
+PyObject* record_op(PyObject* self, PyObject* func, PyObject* args, PyObject* kwargs, PyObject* caller_frame) {
+  Ref caller = Ref::borrow(caller_frame ? caller_frame : Py_None);
+  const OpInfo* found = op_info(self, func);
+  if (!found) return nullptr;
+  const OpInfo& info = *found;
+  if (info.untraced) return PyObject_Call(info.call.get(), args, kwargs);
+  if (info.python_only) return PyObject_CallMethodObjArgs(self, names.record, func, args, kwargs, caller.get(), nullptr);
+
+  Tracer tracer{self};
+  if (!tracer.load()) return nullptr;
+  Py_ssize_t index = PyList_GET_SIZE(tracer.records.get());
+  std::vector<PyObject*> flat_args;
+  if (info.flat_args) {
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(args); ++i) flat_args.push_back(PyTuple_GET_ITEM(args, i));
+    PyObject *key, *value;
+    Py_ssize_t position = 0;
+    while (PyDict_Next(kwargs, &position, &key, &value)) flat_args.push_back(value);
+  } else {
+    flatten(args, &flat_args);
+    PyObject *key, *value;
+    Py_ssize_t position = 0;
+    while (PyDict_Next(kwargs, &position, &key, &value)) flatten(value, &flat_args);
+  }
+  bool to_python;
+  if (!needs_python(self, flat_args, index, &to_python)) return nullptr;
+  if (to_python) return PyObject_CallMethodObjArgs(self, names.record, func, args, kwargs, caller.get(), nullptr);
+
+  Ref record_index(PyLong_FromSsize_t(index));
+  if (!record_index) return nullptr;
+  Ref last_outputs(PyObject_GetAttr(self, names.last_outputs));
+  if (!last_outputs || (last_outputs.get() != Py_None && !note_forward_sites(tracer, last_outputs.get())))
+    return nullptr;
+  Ref site(site_of(tracer, caller_frame));
+  if (!site) return nullptr;
+
+  std::vector<Ref> inputs, leaves;
+  std::vector<PyObject*> input_tensors;  // borrowed, in input order
+  std::vector<Ref> plain_args;
+  PyObject* view_of = nullptr;
+  Ref view_of_id;
+  for (PyObject* value : flat_args) {
+    if (is_tensor(value)) {
+      Ref digest_id, origin;
+      if (!input_ref(tracer, value, record_index.get(), &digest_id, &origin)) return nullptr;
+      if (origin) {
+        Ref position(PyLong_FromSize_t(inputs.size()));
+        Ref leaf(position ? atomic(PyTuple_Pack(3, position.get(), PyTuple_GET_ITEM(origin.get(), 0), PyTuple_GET_ITEM(origin.get(), 1))) : nullptr);
+        if (!leaf) return nullptr;
+        leaves.push_back(std::move(leaf));
+      }
+      if (inputs.empty() && info.is_view) {
+        view_of = value;
+        view_of_id = Ref::borrow(digest_id.get());
+      }
+      inputs.push_back(std::move(digest_id));
+      input_tensors.push_back(value);
+    } else {
+      Ref text(plain(value));
+      if (!text) return nullptr;
+      plain_args.push_back(std::move(text));
+    }
+  }
+  if (!info.unread_args.empty()) {  // OpTracer's _mark_unread
+    std::vector<PyObject*> unread;
+    for (const auto& [position, name] : info.unread_args) {
+      PyObject* value = position < PyTuple_GET_SIZE(args) ? PyTuple_GET_ITEM(args, position) : PyDict_GetItem(kwargs, name.get());
+      if (value && is_tensor(value)) unread.push_back(value);
+    }
+    std::vector<size_t> positions;
+    for (size_t i = 0; i < input_tensors.size(); ++i) {
+      for (PyObject* value : unread) {
+        if (input_tensors[i] == value) {
+          positions.push_back(i);
+          break;
+        }
+      }
+    }
+    for (size_t position : positions) inputs[position] = Ref::borrow(constants.unread);
+    std::vector<Ref> kept;
+    for (auto& leaf : leaves) {
+      size_t position = PyLong_AsSize_t(PyTuple_GET_ITEM(leaf.get(), 0));
+      bool dropped = false;
+      for (size_t unread_position : positions) dropped = dropped || unread_position == position;
+      if (!dropped) kept.push_back(std::move(leaf));
+    }
+    leaves = std::move(kept);
+  }
+
+  Ref observer(PyObject_GetAttr(self, names.observer));
+  if (!observer) return nullptr;
+  if (observer.get() != Py_None) {
+    Ref flat_list(list_of(flat_args)), inputs_list(list_of(inputs)), leaves_list(list_of(leaves));
+    if (!flat_list || !inputs_list || !leaves_list) return nullptr;
+    Ref told(PyObject_CallMethodObjArgs(observer.get(), names.before_op, record_index.get(), flat_list.get(),
+                                        inputs_list.get(), leaves_list.get(), nullptr));
+    if (!told) return nullptr;
+  }
+  if (PyObject_SetAttr(self, names.dispatching, site.get()) < 0) return nullptr;
+  Ref result(PyObject_Call(info.call.get(), args, kwargs));
+  {
+    PyObject *type, *value, *traceback;
+    PyErr_Fetch(&type, &value, &traceback);
+    int reset = PyObject_SetAttr(self, names.dispatching, Py_None);
+    if (type) {
+      PyErr_Restore(type, value, traceback);
+      return nullptr;
+    }
+    if (reset < 0) return nullptr;
+  }
+
+  if (info.is_allocation) {
+    Ref fill(PyObject_GetAttr(self, names.allocation_fill));
+    if (!fill) return nullptr;
+    if (fill.get() != Py_None) {
+      Ref done(PyObject_CallMethodOneArg(self, names.fill_allocation, result.get()));
+      if (!done) return nullptr;
+    }
+  }
+  std::vector<PyObject*> flat_result;  // borrowed from result
+  if (info.single_result) {
+    flat_result.push_back(result.get());
+  } else {
+    flatten(result.get(), &flat_result);
+  }
+  std::vector<PyObject*> out_tensors, written;
+  auto add_output = [&out_tensors](PyObject* value) {
+    if (!is_tensor(value)) return;
+    for (PyObject* known : out_tensors) {
+      if (known == value) return;
+    }
+    out_tensors.push_back(value);
+  };
+  for (PyObject* value : flat_result) add_output(value);
+  for (const auto& [position, name] : info.written_args) {
+    PyObject* value = position < PyTuple_GET_SIZE(args) ? PyTuple_GET_ITEM(args, position) : PyDict_GetItem(kwargs, name.get());
+    if (value == nullptr) continue;
+    std::vector<PyObject*> items;
+    if (info.flat_args) {
+      items.push_back(value);
+    } else {  // a written list of tensors (the _foreach_ ops')
+      flatten(value, &items);
+    }
+    for (PyObject* item : items) {
+      if (is_tensor(item)) {
+        written.push_back(item);
+        add_output(item);
+      }
+    }
+  }
+  if (PyUnicode_GET_LENGTH(PyTuple_GET_ITEM(site.get(), 1)) > 0 && c10::GradMode::is_enabled()) {
+    // weakly: an output this mode still holds when it returns is detached by torch (a factory's)
+    Ref references(PyList_New(out_tensors.size()));
+    if (!references) return nullptr;
+    for (size_t i = 0; i < out_tensors.size(); ++i) {
+      PyObject* reference = PyWeakref_NewRef(out_tensors[i], nullptr);
+      if (!reference) return nullptr;
+      PyList_SET_ITEM(references.get(), i, reference);
+    }
+    Ref user_site(atomic(PyTuple_GetSlice(site.get(), 1, 4)));
+    Ref last(user_site ? PyTuple_Pack(2, references.get(), user_site.get()) : nullptr);
+    if (!last || PyObject_SetAttr(self, names.last_outputs, last.get()) < 0) return nullptr;
+  }
+  std::vector<Ref> outputs;
+  for (PyObject* tensor : out_tensors) {
+    bool is_written = false;
+    for (PyObject* item : written) is_written = is_written || item == tensor;
+    Ref digest_id(output_ref(tracer, tensor, info, record_index.get(), is_written, view_of, view_of_id.get()));
+    if (!digest_id) return nullptr;
+    if (digest_id.get() != Py_None) outputs.push_back(std::move(digest_id));
+  }
+  std::vector<Ref> out_meta;
+  for (PyObject* value : flat_result) {
+    Ref text(meta(tracer, value));
+    if (!text) return nullptr;
+    out_meta.push_back(std::move(text));
+  }
+
+  Ref args_digest;
+  if (plain_args.empty()) {
+    args_digest = Ref::borrow(constants.zero);
+  } else {
+    Ref separator(PyUnicode_FromString("\x1f"));
+    Ref items(pack(plain_args));
+    Ref joined(separator && items ? PyUnicode_Join(separator.get(), items.get()) : nullptr);
+    Py_ssize_t size;
+    const char* text = joined ? PyUnicode_AsUTF8AndSize(joined.get(), &size) : nullptr;
+    if (!text) return nullptr;
+    args_digest = Ref(crc32_of(text, size));
+    if (!args_digest) return nullptr;
+  }
+  Ref step;
+  if (tracer.watcher.get() == Py_None) {
+    step = Ref::borrow(constants.one);
+  } else {
+    Ref steps(PyObject_GetAttr(tracer.watcher.get(), names.steps));
+    step = Ref(steps ? PyNumber_Add(steps.get(), constants.one) : nullptr);
+    if (!step) return nullptr;
+  }
+  Ref out_meta_tuple(pack(out_meta)), inputs_tuple(pack(inputs)), outputs_tuple(pack(outputs)), leaves_tuple(pack(leaves));
+  if (!out_meta_tuple || !inputs_tuple || !outputs_tuple || !leaves_tuple) return nullptr;
+  PyObject* site_items = site.get();
+  Ref entry(atomic(PyTuple_Pack(12, info.name.get(), PyTuple_GET_ITEM(site_items, 0), PyTuple_GET_ITEM(site_items, 1),
+                         PyTuple_GET_ITEM(site_items, 2), PyTuple_GET_ITEM(site_items, 3), step.get(),
+                         out_meta_tuple.get(), args_digest.get(), inputs_tuple.get(), outputs_tuple.get(),
+                         leaves_tuple.get(), info.is_seeded ? Py_True : Py_False)));
+  if (!entry || PyList_Append(tracer.records.get(), entry.get()) < 0) return nullptr;
+  if (observer.get() != Py_None) {
+    Ref outputs_list(list_of(out_tensors)), results_list(list_of(flat_result));
+    if (!outputs_list || !results_list) return nullptr;
+    Ref told(PyObject_CallMethodObjArgs(observer.get(), names.after_op, record_index.get(), outputs_list.get(),
+                                        results_list.get(), nullptr));
+    if (!told) return nullptr;
+  }
+  if (PyList_GET_SIZE(tracer.staged.get()) >= constants.stage_limit) {
+    Ref flushed(PyObject_CallMethodNoArgs(self, names.flush));
+    if (!flushed) return nullptr;
+  }
+  return result.release();
+}
+
+// The tracer's mode's __torch_dispatch__ (torch wants a method of the mode):
+// dispatch(mode, func, types, args=(), kwargs=None), the tracer being mode.tracer.  A C++ exception
+// (c10::Error from a tensor accessor) is raised as Python's RuntimeError.
+PyObject* dispatch(PyObject*, PyObject* const* argv, Py_ssize_t argc) {
+  if (argc < 3 || argc > 5) {
+    PyErr_SetString(PyExc_TypeError, "dispatch(mode, func, types, args=(), kwargs=None)");
+    return nullptr;
+  }
+  Ref tracer(PyObject_GetAttr(argv[0], names.tracer));
+  if (!tracer) return nullptr;
+  PyObject *self = tracer.get(), *func = argv[1];
+  Ref args = Ref::borrow(argc > 3 ? argv[3] : nullptr);
+  if (!args) args = Ref(PyTuple_New(0));
+  Ref kwargs = Ref::borrow(argc > 4 && argv[4] != Py_None ? argv[4] : nullptr);
+  if (!kwargs) kwargs = Ref(PyDict_New());
+  if (!args || !kwargs) return nullptr;
+  bool paused = false;
+  if (!truthy_attr(self, names.paused, &paused)) return nullptr;
+  if (paused) return PyObject_Call(func, args.get(), kwargs.get());
+  try {
+    // no Python frame of the mode's own lies between: the current frame dispatched the op
+    return record_op(self, func, args.get(), kwargs.get(), reinterpret_cast<PyObject*>(PyEval_GetFrame()));
+  } catch (const std::exception& error) {
+    PyErr_SetString(PyExc_RuntimeError, error.what());
+    return nullptr;
+  }
+}
+
+PyObject* intern(const char* text) { return PyUnicode_InternFromString(text); }
+
+// configure(constants: dict): tracer.py's constants and helpers, once per process.
+PyObject* configure(PyObject*, PyObject* given) {
+  auto item = [given](const char* key) -> PyObject* {
+    PyObject* value = PyDict_GetItemString(given, key);
+    if (!value) {
+      PyErr_Format(PyExc_KeyError, "native_record.configure: %s", key);
+      return nullptr;
+    }
+    Py_INCREF(value);
+    return value;
+  };
+  Constants c;
+  if (!(c.plain_types = item("plain_types")) || !(c.parameter_type = item("parameter_type")) ||
+      !(c.crc32 = item("crc32")) || !(c.result_meta = item("result_meta")) || !(c.forward = item("forward")) ||
+      !(c.backward = item("backward")) || !(c.optimizer = item("optimizer")) || !(c.produced = item("produced")) ||
+      !(c.allocated = item("allocated")) || !(c.external = item("external")) || !(c.uninit = item("uninit")) ||
+      !(c.unread = item("unread")))
+    return nullptr;
+  Ref crc_max(item("crc_max_bytes")), stage_limit(item("stage_limit"));
+  if (!crc_max || !stage_limit) return nullptr;
+  c.crc_max_bytes = PyLong_AsSsize_t(crc_max.get());
+  c.stage_limit = PyLong_AsSsize_t(stage_limit.get());
+  c.empty_str = intern("");
+  c.zero = PyLong_FromLong(0);
+  c.one = PyLong_FromLong(1);
+  constants = c;
+  op_infos.clear();
+  zlib_crc32 = find_zlib_crc32();
+  Py_RETURN_NONE;
+}
+
+PyMethodDef methods[] = {
+    {"dispatch", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(dispatch)), METH_FASTCALL,
+     "dispatch(mode, func, types, args=(), kwargs=None): the tracer's __torch_dispatch__, compiled"},
+    {"configure", configure, METH_O, "configure(constants): tracer.py's constants, once per process"},
+    {nullptr, nullptr, 0, nullptr}};
+
+PyModuleDef module = {PyModuleDef_HEAD_INIT, "native_record", nullptr, -1, methods};
+
+}  // namespace
+
+PyMODINIT_FUNC PyInit_native_record() {
+  names = Names{intern("records"), intern("digests"), intern("_staged"), intern("_tensor_digest"),
+                intern("_storage_origin"), intern("_forget_at"), intern("_forward_sites"), intern("_last_outputs"),
+                intern("_user_frames"), intern("watcher"), intern("observer"), intern("capture_ops"),
+                intern("communications"), intern("pending"), intern("allocation_fill"), intern("_host_digests"),
+                intern("_out_meta"), intern("dispatching"), intern("in_optimizer"), intern("_module_stack"),
+                intern("steps"), intern("caller"), intern("user"), intern("find"), intern("co_filename"),
+                intern("record"), intern("paused"), intern("tracer"), intern("before_op"), intern("after_op"), intern("_info"), intern("_stage_digest"), intern("_forget_dead_storages"),
+                intern("_fill_allocation"), intern("_meta"), intern("flush"), intern("name"), intern("call"),
+                intern("is_allocation"), intern("is_seeded"), intern("is_view"), intern("flat_args"),
+                intern("single_result"), intern("untraced"), intern("communicates"), intern("returns_python"),
+                intern("written_args"), intern("unread_args"), intern("__name__")};
+  return PyModule_Create(&module);
+}

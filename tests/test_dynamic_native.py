@@ -1,0 +1,263 @@
+"""The compiled op recorder (native_record.cpp) against OpTracer.record.
+
+The compiled recorder must leave exactly the trace the Python one leaves:
+every record, digest, RNG event, final-state digest, capture and online
+capture, on training loops that take each of its paths (forward, backward,
+optimizer with foreach and fused kernels, in-place writes to part of a
+tensor, views, allocations filled per run, an LSTM's scratch arguments,
+custom autograd Functions, checkpointing, autocast, channels_last, Python
+reads and ``.item()``, the forced device digests).  Each loop runs twice from
+the same seed, once per recorder, in this process.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import shutil
+
+import pytest
+import torch
+from torch import nn
+from torch.utils.checkpoint import checkpoint
+
+from detaudit.dynamic import native
+from detaudit.dynamic.online_capture import OnlineCapture
+from detaudit.dynamic.tracer import OpTracer
+from detaudit.dynamic.watch import StopRun, TrainingWatcher
+
+HAS_COMPILER = shutil.which("c++") is not None
+
+
+def test_the_compiled_recorder_builds_and_loads_where_there_is_a_compiler():
+    if not HAS_COMPILER:
+        pytest.skip("no C++ compiler: the tracer records in Python")
+    module = native.load()
+    library = native.library_path()
+    log = library.with_name(library.name + ".failed.log")
+    assert module is not None, log.read_text() if log.exists() else "not built"
+    tracer = OpTracer()
+    assert tracer._modes[0].__torch_dispatch__.__func__ is module.dispatch
+    assert not hasattr(OpTracer(compiled=False)._modes[0].__torch_dispatch__, "__self__") or (
+        OpTracer(compiled=False)._modes[0].__torch_dispatch__.__func__ is not module.dispatch
+    )
+
+
+class _Scale(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return x * 2
+
+    @staticmethod
+    def backward(ctx, grad):
+        (x,) = ctx.saved_tensors
+        return grad * 2 + x * 0
+
+
+def mlp_adam_foreach():
+    model = nn.Sequential(nn.Linear(16, 32), nn.GELU(), nn.Linear(32, 4))
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-2, foreach=True)
+    return model, optimizer, lambda: (torch.randn(8, 16), torch.randint(0, 4, (8,)))
+
+
+def cnn_adamw_fused_channels_last():
+    model = nn.Sequential(
+        nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU(), nn.MaxPool2d(2),
+        nn.Flatten(), nn.Linear(8 * 4 * 4, 5),
+    ).to(memory_format=torch.channels_last)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3, fused=True)
+    return model, optimizer, lambda: (torch.randn(4, 3, 8, 8).to(memory_format=torch.channels_last), torch.randint(0, 5, (4,)))
+
+
+class _LSTMModel(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.embedding = nn.Embedding(20, 8)
+        self.lstm = nn.LSTM(8, 8, batch_first=True)
+        self.head = nn.Linear(8, 20)
+
+    def forward(self, tokens):
+        out, _ = self.lstm(self.embedding(tokens))
+        return self.head(out[:, -1])
+
+
+def lstm_sgd():
+    model = _LSTMModel()
+    return model, torch.optim.SGD(model.parameters(), lr=0.1), lambda: (torch.randint(0, 20, (4, 6)), torch.randint(0, 20, (4,)))
+
+
+class _Odd(nn.Module):
+    """In-place writes to part of a tensor, views, an allocation, a custom
+    Function, checkpointing, a Python read: the paths a plain model never takes."""
+
+    def __init__(self):
+        super().__init__()
+        self.a = nn.Linear(6, 6)
+        self.b = nn.Linear(6, 3)
+
+    def forward(self, x):
+        buffer = torch.empty(x.shape[0], 6)
+        buffer[:, :3] = x[:, :3]  # a write to part of an allocation
+        buffer[:, 3:] = x[:, 3:].t().t()
+        h = checkpoint(lambda t: torch.tanh(self.a(t)), buffer, use_reentrant=False)
+        h = _Scale.apply(h)
+        h.transpose(0, 1)[0].add_(1.0)  # in place through a view
+        _ = h[0].detach().tolist()  # a Python read
+        return self.b(h)
+
+
+def odd_paths_sgd():
+    model = _Odd()
+    return model, torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9), lambda: (torch.randn(5, 6), torch.randint(0, 3, (5,)))
+
+
+def autocast_bf16():
+    model = nn.Sequential(nn.Linear(12, 12), nn.ReLU(), nn.Linear(12, 2))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    return model, optimizer, lambda: (torch.randn(6, 12), torch.randint(0, 2, (6,)))
+
+
+WORKLOADS = {
+    "mlp-adam-foreach": (mlp_adam_foreach, False),
+    "cnn-adamw-fused-channels-last": (cnn_adamw_fused_channels_last, False),
+    "lstm-sgd": (lstm_sgd, False),
+    "odd-paths": (odd_paths_sgd, False),
+    "autocast-bf16": (autocast_bf16, True),
+}
+
+
+def traced_run(workload: str, compiled: bool, steps: int = 2, **tracer_options) -> tuple[OpTracer, OnlineCapture | None]:
+    build, autocast = WORKLOADS[workload]
+    torch.manual_seed(0)
+    model, optimizer, batch = build()
+    watcher = TrainingWatcher()
+    observe = tracer_options.pop("observe", False)
+    tracer_options.setdefault("allocation_fill", 1)  # as detaudit run fills them: no uninitialized bytes
+    tracer = OpTracer(compiled=compiled, **tracer_options)
+    tracer.attach(watcher)
+    observer = tracer.observer = OnlineCapture(tracer, None) if observe else None
+    try:
+        with tracer, contextlib.suppress(StopRun):  # (StopRun: every capture asked for is kept)
+            for _ in range(steps):
+                inputs, targets = batch()
+                optimizer.zero_grad()
+                with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+                    loss = nn.functional.cross_entropy(model(inputs), targets)
+                loss.backward()
+                nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+                optimizer.step()
+                loss.item()
+            tracer.note_final_state({name: p.detach() for name, p in model.named_parameters()})
+    finally:
+        watcher.close()
+    return tracer, observer
+
+
+def assert_same_trace(python: OpTracer, compiled: OpTracer, noisy: frozenset = frozenset()) -> None:
+    """``noisy``: digests that differ between two runs recorded alike (bytes a kernel never wrote)."""
+    expected, actual = python.trace_data(), compiled.trace_data()
+    assert len(actual["ops"]) == len(expected["ops"])
+    for index, (want, got) in enumerate(zip(expected["ops"], actual["ops"])):
+        assert tuple(got) == tuple(want), f"record {index}"
+    assert len(actual["digests"]) == len(expected["digests"])
+    differing = {i for i, (want, got) in enumerate(zip(expected["digests"], actual["digests"])) if want != got}
+    assert differing <= noisy
+    assert actual["rng_events"] == expected["rng_events"]
+    assert actual["final"] == expected["final"]
+
+
+def _same_tensors(a, b) -> bool:
+    if isinstance(a, torch.Tensor):
+        return isinstance(b, torch.Tensor) and a.dtype == b.dtype and a.shape == b.shape and torch.equal(a, b)
+    if isinstance(a, dict):
+        return a.keys() == b.keys() and all(_same_tensors(a[k], b[k]) for k in a)
+    if isinstance(a, (list, tuple)):
+        return len(a) == len(b) and all(_same_tensors(x, y) for x, y in zip(a, b))
+    return a == b
+
+
+needs_compiler = pytest.mark.skipif(not HAS_COMPILER, reason="no C++ compiler: nothing compiled to compare")
+
+
+@needs_compiler
+@pytest.mark.parametrize("workload", sorted(WORKLOADS))
+def test_the_compiled_recorder_leaves_the_python_recorders_trace(workload):
+    python, _ = traced_run(workload, compiled=False)
+    compiled, _ = traced_run(workload, compiled=True)
+    assert len(python.records) > 100
+    assert_same_trace(python, compiled, noisy_digests(workload, python))
+
+
+def noisy_digests(workload: str, python: OpTracer) -> frozenset:
+    """The digests that differ between two Python-recorded runs: the LSTM's
+    workspace ends in padding oneDNN never writes (read by no op, so no
+    difference of the run), and nothing else."""
+    again, _ = traced_run(workload, compiled=False)
+    noisy = frozenset(i for i, (a, b) in enumerate(zip(python.digests, again.digests)) if a != b)
+    if workload != "lstm-sgd":
+        assert not noisy
+    return noisy
+
+
+@needs_compiler
+@pytest.mark.parametrize("workload", ["odd-paths", "mlp-adam-foreach"])
+def test_the_compiled_recorder_takes_the_device_digest_path_as_python_does(workload):
+    python, _ = traced_run(workload, compiled=False, device_digests=True)
+    compiled, _ = traced_run(workload, compiled=True, device_digests=True)
+    assert_same_trace(python, compiled)
+
+
+@needs_compiler
+def test_allocations_are_filled_and_captures_kept_alike():
+    # capture ops scattered over the trace: each is recorded in Python, between compiled records
+    python, _ = traced_run("odd-paths", compiled=False, allocation_fill=3, capture_ops=(5, 40, 77, 150), sampled_ops=(77,))
+    compiled, _ = traced_run("odd-paths", compiled=True, allocation_fill=3, capture_ops=(5, 40, 77, 150), sampled_ops=(77,))
+    assert_same_trace(python, compiled)
+    assert sorted(compiled.captured) == [5, 40, 77, 150]
+    assert _same_tensors(python.captured, compiled.captured)
+
+
+@needs_compiler
+@pytest.mark.parametrize("workload", ["odd-paths", "lstm-sgd"])
+def test_the_observer_is_told_the_same_by_both_recorders(workload):
+    python, python_capture = traced_run(workload, compiled=False, observe=True)
+    compiled, compiled_capture = traced_run(workload, compiled=True, observe=True)
+    noisy = noisy_digests(workload, python)
+    assert_same_trace(python, compiled, noisy)
+    # the records whose outputs hold bytes no kernel wrote are kept by both, with those bytes
+    noisy_records = {index for index, record in enumerate(python.records) if noisy & set(record[9])}
+    assert python_capture.full and python_capture.sampled
+    for kept in ("full", "sampled"):
+        expected, actual = getattr(python_capture, kept), getattr(compiled_capture, kept)
+        assert expected.keys() == actual.keys()
+        assert all(_same_tensors(expected[i], actual[i]) for i in expected.keys() - noisy_records)
+
+
+class _CountingTracer(OpTracer):
+    """An OpTracer that keeps the op overloads its Python ``record`` takes."""
+
+    def __init__(self, **options):
+        super().__init__(**options)
+        self.python_records = []
+
+    def record(self, func, args, kwargs, caller):
+        self.python_records.append(func)
+        return super().record(func, args, kwargs, caller)
+
+
+@needs_compiler
+def test_the_compiled_recorder_takes_the_common_op_itself():
+    torch.manual_seed(0)
+    model, optimizer, batch = mlp_adam_foreach()
+    tracer = _CountingTracer()
+    with tracer:
+        inputs, targets = batch()
+        nn.functional.cross_entropy(model(inputs), targets).backward()
+        optimizer.step()
+    python = _CountingTracer(compiled=False)
+    with python:
+        nn.functional.cross_entropy(model(inputs), targets).backward()
+    assert len(python.python_records) == len(python.records) > 20
+    # only the ops that return Python values (the optimizer reads its step count) go to Python
+    assert tracer.python_records
+    assert all(tracer._info(func).returns_python for func in tracer.python_records)
