@@ -5,8 +5,8 @@
 // digests, staged digests, storage tables, forward sites and last outputs),
 // so the two can take turns within one trace.  What is rare or needs more
 // than bookkeeping stays in Python: an op this function does not handle is
-// handed to OpTracer.record whole (communications, ops returning Python
-// values, captured ops, tensor subclasses other than Parameter), and so is a digest that is not a small contiguous CPU tensor's
+// handed to OpTracer.record whole (communications, captured ops, tensor
+// subclasses other than Parameter), and so is a digest that is not a small contiguous CPU tensor's
 // CRC-32 (OpTracer._stage_digest).  Loaded by native.py, which builds it.
 //
 // Every Python object here is an owned reference held by Ref, or borrowed
@@ -17,11 +17,15 @@
 
 #include <ATen/core/Tensor.h>
 #include <c10/core/GradMode.h>
+#include <c10/util/SmallVector.h>
 #include <torch/csrc/DynamicTypes.h>
 #include <torch/csrc/autograd/node.h>
 #include <torch/csrc/autograd/python_variable.h>
 
 #include <dlfcn.h>
+
+#include <cstring>
+#include <memory>
 
 #include <unordered_map>
 #include <vector>
@@ -67,6 +71,9 @@ struct Constants {
   PyObject* parameter_type;  // torch.nn.Parameter
   PyObject* crc32;  // zlib.crc32
   PyObject* result_meta;  // _result_meta
+  PyObject* user_files;  // watch._USER_FILES: filename -> is_user_file(filename)
+  PyObject* is_user_file;  // watch.is_user_file
+  long resumable_code;  // tracer._RESUMABLE_CODE: code flags of generators and coroutines
   PyObject *forward, *backward, *optimizer;  // phases
   PyObject *produced, *allocated, *external;  // leaf kinds
   PyObject *empty_str, *zero, *one, *uninit, *unread;
@@ -78,7 +85,7 @@ struct Names {
   PyObject *records, *digests, *staged, *tensor_digest, *storage_origin, *forget_at, *forward_sites,
       *last_outputs, *user_frames, *watcher, *observer, *capture_ops, *communications, *pending,
       *allocation_fill, *host_digests, *out_meta, *dispatching, *in_optimizer, *module_stack, *steps,
-      *caller, *user, *find, *f_code_filename, *record, *paused, *tracer, *before_op, *after_op, *info, *stage_digest, *forget_dead_storages,
+      *caller, *user, *find, *f_code_filename, *record, *paused, *bound, *before_op, *after_op, *info, *stage_digest, *forget_dead_storages,
       *fill_allocation, *meta, *flush, *name, *call, *is_allocation, *is_seeded, *is_view, *flat_args,
       *single_result, *untraced, *communicates, *returns_python, *written_args, *unread_args, *name_attr;
 };
@@ -88,7 +95,7 @@ Names names;
 struct OpInfo {
   Ref op;  // held: its address keys this entry
   Ref name, call;
-  bool is_allocation, is_seeded, is_view, flat_args, single_result, untraced, python_only;
+  bool is_allocation, is_seeded, is_view, flat_args, single_result, untraced, python_only, returns_python;
   std::vector<std::pair<Py_ssize_t, Ref>> written_args, unread_args;  // (position, keyword name)
 };
 std::unordered_map<PyObject*, OpInfo> op_infos;
@@ -135,26 +142,26 @@ const OpInfo* op_info(PyObject* tracer, PyObject* func) {
       !read_arguments(info.get(), names.written_args, &entry.written_args) ||
       !read_arguments(info.get(), names.unread_args, &entry.unread_args))
     return nullptr;
-  entry.python_only = communicates || returns_python;
+  entry.python_only = communicates;
+  entry.returns_python = returns_python;
   return &op_infos.emplace(func, std::move(entry)).first->second;
 }
 
-// A tuple of values that hold no references (numbers, strings, such tuples)
-// can never be part of a cycle: taken off the garbage collector's lists at
-// once, as CPython's collector would do on its first pass over it.  The
-// trace keeps several per op, and every collection would walk them until then.
-PyObject* atomic(PyObject* tuple) {
-  if (tuple == nullptr || !PyObject_GC_IsTracked(tuple)) return tuple;
-  for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(tuple); ++i) {
-    PyObject* item = PyTuple_GET_ITEM(tuple, i);
-    if (PyObject_IS_GC(item) && PyObject_GC_IsTracked(item)) return tuple;
-  }
-  PyObject_GC_UnTrack(tuple);
+// ``tuple``, taken off the garbage collector's lists: for a tuple made here
+// of numbers, strings, dtypes and such tuples, which can never be part of a
+// cycle (CPython's collector would untrack it on its first pass over it; the
+// trace keeps several per op, and until then every collection walks them).
+PyObject* untracked(PyObject* tuple) {
+  if (tuple != nullptr) PyObject_GC_UnTrack(tuple);
   return tuple;
 }
 
+// Per-op sequences: on the stack for the usual handful of items, no heap allocation
+using Objects = c10::SmallVector<PyObject*, 8>;  // borrowed
+using Refs = c10::SmallVector<Ref, 8>;
+
 // The leaves of nested lists and tuples (OpTracer's _flatten), borrowed.
-void flatten(PyObject* value, std::vector<PyObject*>* into) {
+void flatten(PyObject* value, Objects* into) {
   if (PyList_CheckExact(value) || PyTuple_CheckExact(value)) {
     Py_ssize_t size = PySequence_Fast_GET_SIZE(value);
     PyObject** items = PySequence_Fast_ITEMS(value);
@@ -191,32 +198,50 @@ PyObject* crc32_of(const void* data, Py_ssize_t size) {
   return PyObject_CallOneArg(constants.crc32, view.get());
 }
 
-// The tracer's per-trace state, read afresh for each op (flush and the
-// forgetting of dead storages replace some of these objects).
-struct Tracer {
-  PyObject* self;
-  Ref records, digests, staged, tensor_digest, storage_origin, forward_sites, out_meta, watcher;
+// What a tracer never replaces while it lives (OpTracer.__init__ makes
+// them): read once, when its mode is made (bind), and kept by the mode.
+struct Bound {
+  PyObject* tracer;  // borrowed: the mode that keeps this holds the tracer
+  Ref records, digests, staged, tensor_digest, storage_origin, forward_sites, out_meta, capture_ops, pending, user_frames;
   bool host_digests = true;
-  Py_ssize_t forget_at = 0;
+  mutable Py_ssize_t forget_at = 0;  // the tracer's _forget_at as last read (it only grows)
+};
+const char* const BOUND_NAME = "detaudit.native_record.Bound";
+
+// The tracer's state for one op: the bound part, and what flush and the
+// forgetting of dead storages replace, read afresh.
+struct Tracer {
+  const Bound& bound;
+  PyObject* self;
+  PyObject *records, *digests, *staged, *tensor_digest, *storage_origin, *forward_sites, *out_meta;  // bound's
+  Ref watcher;  // attached after the mode is made
+  bool host_digests;
+
+  explicit Tracer(const Bound& state)
+      : bound(state), self(state.tracer), records(state.records.get()), digests(state.digests.get()),
+        staged(state.staged.get()), tensor_digest(state.tensor_digest.get()),
+        storage_origin(state.storage_origin.get()), forward_sites(state.forward_sites.get()),
+        out_meta(state.out_meta.get()), host_digests(state.host_digests) {}
 
   bool load() {
-    records = Ref(PyObject_GetAttr(self, names.records));
-    digests = Ref(PyObject_GetAttr(self, names.digests));
-    forward_sites = Ref(PyObject_GetAttr(self, names.forward_sites));
-    out_meta = Ref(PyObject_GetAttr(self, names.out_meta));
     watcher = Ref(PyObject_GetAttr(self, names.watcher));
-    staged = Ref(PyObject_GetAttr(self, names.staged));
-    return records && digests && staged && forward_sites && out_meta && watcher &&
-           truthy_attr(self, names.host_digests, &host_digests) && load_tables();
+    return static_cast<bool>(watcher);
   }
 
-  bool load_tables() {
-    tensor_digest = Ref(PyObject_GetAttr(self, names.tensor_digest));
-    storage_origin = Ref(PyObject_GetAttr(self, names.storage_origin));
-    Ref limit(PyObject_GetAttr(self, names.forget_at));
-    if (!tensor_digest || !storage_origin || !limit) return false;
-    forget_at = PyLong_AsSsize_t(limit.get());
-    return !PyErr_Occurred();
+  // OpTracer._forget_dead_storages when the tables have grown past _forget_at
+  bool forget_if_grown() {
+    Py_ssize_t size = PyDict_GET_SIZE(tensor_digest) + PyDict_GET_SIZE(storage_origin);
+    if (size <= bound.forget_at) return true;
+    for (int pass = 0; pass < 2; ++pass) {
+      Ref limit(PyObject_GetAttr(self, names.forget_at));
+      if (!limit) return false;
+      bound.forget_at = PyLong_AsSsize_t(limit.get());
+      if (bound.forget_at < 0 && PyErr_Occurred()) return false;
+      if (pass == 1 || PyDict_GET_SIZE(tensor_digest) + PyDict_GET_SIZE(storage_origin) <= bound.forget_at) return true;
+      Ref done(PyObject_CallMethodNoArgs(self, names.forget_dead_storages));
+      if (!done) return false;
+    }
+    return true;
   }
 
   // OpTracer._stage_digest, with the CRC-32 of a small contiguous CPU tensor done here.
@@ -226,8 +251,8 @@ struct Tracer {
         !tensor.is_neg()) {
       Ref digest(tensor.nbytes() ? crc32_of(tensor.const_data_ptr(), tensor.nbytes()) : Ref::borrow(constants.zero).release());
       if (!digest) return nullptr;
-      Py_ssize_t digest_id = PyList_GET_SIZE(digests.get()) + PyList_GET_SIZE(staged.get());
-      if (PyList_Append(staged.get(), digest.get()) < 0) return nullptr;
+      Py_ssize_t digest_id = PyList_GET_SIZE(digests) + PyList_GET_SIZE(staged);
+      if (PyList_Append(staged, digest.get()) < 0) return nullptr;
       return PyLong_FromSsize_t(digest_id);
     }
     return PyObject_CallMethodOneArg(self, names.stage_digest, object);
@@ -235,13 +260,13 @@ struct Tracer {
 
   // OpTracer._origin
   PyObject* origin(PyObject* storage, PyObject* storage_id, PyObject* record_index) {
-    PyObject* entry = PyDict_GetItemWithError(storage_origin.get(), storage_id);
+    PyObject* entry = PyDict_GetItemWithError(storage_origin, storage_id);
     if (entry) {
       if (PyWeakref_GetObject(PyTuple_GET_ITEM(entry, 0)) == storage) return Ref::borrow(PyTuple_GET_ITEM(entry, 1)).release();
     } else if (PyErr_Occurred()) {
       return nullptr;
     }
-    Ref origin(atomic(PyTuple_Pack(2, constants.external, record_index)));
+    Ref origin(untracked(PyTuple_Pack(2, constants.external, record_index)));
     if (!origin || !set_origin(storage, storage_id, origin.get())) return nullptr;
     return origin.release();
   }
@@ -250,23 +275,20 @@ struct Tracer {
     Ref reference(PyWeakref_NewRef(storage, nullptr));
     if (!reference) return false;
     Ref entry(PyTuple_Pack(2, reference.get(), origin));
-    return entry && PyDict_SetItem(storage_origin.get(), storage_id, entry.get()) == 0;
+    return entry && PyDict_SetItem(storage_origin, storage_id, entry.get()) == 0;
   }
 
   // OpTracer._remember
   bool remember(PyObject* key, PyObject* storage, int64_t version, PyObject* digest_id, bool written) {
     Ref reference(PyWeakref_NewRef(storage, nullptr));
-    Ref versions(atomic(written ? Py_BuildValue("(LL)", (long long)version, (long long)version + 1)
-                                : Py_BuildValue("(L)", (long long)version)));
+    Ref first(PyLong_FromLongLong(version));
+    Ref second(written ? PyLong_FromLongLong(version + 1) : nullptr);
+    if (!first || (written && !second)) return false;
+    Ref versions(untracked(written ? PyTuple_Pack(2, first.get(), second.get()) : PyTuple_Pack(1, first.get())));
     if (!reference || !versions) return false;
     Ref entry(PyTuple_Pack(3, reference.get(), versions.get(), digest_id));
-    if (!entry || PyDict_SetItem(tensor_digest.get(), key, entry.get()) < 0) return false;
-    if (PyDict_GET_SIZE(tensor_digest.get()) + PyDict_GET_SIZE(storage_origin.get()) > forget_at) {
-      Ref done(PyObject_CallMethodNoArgs(self, names.forget_dead_storages));
-      if (!done) return false;
-      return load_tables();
-    }
-    return true;
+    if (!entry || PyDict_SetItem(tensor_digest, key, entry.get()) < 0) return false;
+    return forget_if_grown();
   }
 };
 
@@ -291,9 +313,9 @@ PyObject* layout_key(PyObject* storage_id, const at::Tensor& tensor) {
   Ref offset(PyLong_FromLongLong(tensor.storage_offset()));
   if (!offset) return nullptr;
   PyObject* dtype = reinterpret_cast<PyObject*>(torch::getTHPDtype(tensor.scalar_type()));
-  atomic(shape.get());
-  atomic(stride.get());
-  return atomic(PyTuple_Pack(5, storage_id, offset.get(), shape.get(), stride.get(), dtype));
+  untracked(shape.get());
+  untracked(stride.get());
+  return untracked(PyTuple_Pack(5, storage_id, offset.get(), shape.get(), stride.get(), dtype));
 }
 
 // A tensor's storage as Python sees it (the one object per storage torch keeps), or null.
@@ -312,13 +334,13 @@ bool input_ref(Tracer& tracer, PyObject* object, PyObject* record_index, Ref* di
   if (!storage_of(tensor, &storage, &storage_id)) {
     if (PyErr_Occurred()) return false;
     digest_id->reset(tracer.stage_digest(object, tensor));
-    origin->reset(atomic(PyTuple_Pack(2, constants.external, record_index)));
+    origin->reset(untracked(PyTuple_Pack(2, constants.external, record_index)));
     return *digest_id && *origin;
   }
   Ref key(layout_key(storage_id.get(), tensor));
   if (!key) return false;
   int64_t version = tensor._version();
-  PyObject* known = PyDict_GetItemWithError(tracer.tensor_digest.get(), key.get());
+  PyObject* known = PyDict_GetItemWithError(tracer.tensor_digest, key.get());
   if (known) {
     if (PyWeakref_GetObject(PyTuple_GET_ITEM(known, 0)) == storage.get()) {
       PyObject* versions = PyTuple_GET_ITEM(known, 1);
@@ -366,7 +388,7 @@ PyObject* output_ref(Tracer& tracer, PyObject* object, const OpInfo& info, PyObj
   Ref key(layout_key(storage_id.get(), tensor));
   if (!key) return nullptr;
   if (info.is_allocation) {
-    Ref origin(atomic(PyTuple_Pack(2, constants.allocated, record_index)));
+    Ref origin(untracked(PyTuple_Pack(2, constants.allocated, record_index)));
     if (!origin || !tracer.set_origin(storage.get(), storage_id.get(), origin.get()) ||
         !tracer.remember(key.get(), storage.get(), tensor._version(), constants.uninit, false))
       return nullptr;
@@ -375,12 +397,12 @@ PyObject* output_ref(Tracer& tracer, PyObject* object, const OpInfo& info, PyObj
   // a write to part of a storage leaves the rest's origin
   bool keeps_origin = false;
   if (written && tensor.nbytes() < tensor.storage().nbytes()) {
-    PyObject* entry = PyDict_GetItemWithError(tracer.storage_origin.get(), storage_id.get());
+    PyObject* entry = PyDict_GetItemWithError(tracer.storage_origin, storage_id.get());
     if (!entry && PyErr_Occurred()) return nullptr;
     keeps_origin = entry && PyWeakref_GetObject(PyTuple_GET_ITEM(entry, 0)) == storage.get();
   }
   if (!keeps_origin) {
-    Ref origin(atomic(PyTuple_Pack(2, constants.produced, record_index)));
+    Ref origin(untracked(PyTuple_Pack(2, constants.produced, record_index)));
     if (!origin || !tracer.set_origin(storage.get(), storage_id.get(), origin.get())) return nullptr;
   }
   Ref digest_id(tracer.stage_digest(object, tensor));
@@ -401,9 +423,83 @@ bool note_forward_sites(Tracer& tracer, PyObject* last_outputs) {
     auto grad_fn = THPVariable_Unpack(output).grad_fn();
     if (!grad_fn) continue;
     Ref sequence_nr(PyLong_FromUnsignedLongLong(grad_fn->sequence_nr()));
-    if (!sequence_nr || !PyDict_SetDefault(tracer.forward_sites.get(), sequence_nr.get(), site)) return false;
+    if (!sequence_nr || !PyDict_SetDefault(tracer.forward_sites, sequence_nr.get(), site)) return false;
   }
   return true;
+}
+
+// frame.f_lineno, remembered per code object and instruction: CPython finds
+// a line by scanning the code's line table from its start, and consecutive
+// ops mostly come from the same few instructions.  The cache holds the code
+// objects it names, and is emptied when full.
+struct LineKey {
+  PyObject* code;
+  int instruction;
+  bool operator==(const LineKey& other) const { return code == other.code && instruction == other.instruction; }
+};
+struct LineKeyHash {
+  size_t operator()(const LineKey& key) const {
+    return std::hash<const void*>()(key.code) ^ (static_cast<size_t>(key.instruction) * 0x9E3779B97F4A7C15ull);
+  }
+};
+std::unordered_map<LineKey, int, LineKeyHash> line_numbers;
+const size_t LINE_CACHE_SIZE = 4096;
+
+int line_number(PyFrameObject* frame, PyObject* code) {
+#if PY_VERSION_HEX >= 0x030B0000
+  LineKey key{code, PyFrame_GetLasti(frame)};
+  auto found = line_numbers.find(key);
+  if (found != line_numbers.end()) return found->second;
+  if (line_numbers.size() >= LINE_CACHE_SIZE) {
+    for (auto& entry : line_numbers) Py_DECREF(entry.first.code);
+    line_numbers.clear();
+  }
+  int line = PyFrame_GetLineNumber(frame);
+  Py_INCREF(code);
+  line_numbers.emplace(key, line);
+  return line;
+#else
+  return PyFrame_GetLineNumber(frame);
+#endif
+}
+
+// watch.user_frame(start): the innermost frame of user code, or Py_None
+Ref user_frame(PyObject* start) {
+  Ref frame = Ref::borrow(start);
+  while (frame) {
+    Ref code(reinterpret_cast<PyObject*>(PyFrame_GetCode(reinterpret_cast<PyFrameObject*>(frame.get()))));
+    PyObject* filename = reinterpret_cast<PyCodeObject*>(code.get())->co_filename;
+    PyObject* is_user = PyDict_GetItemWithError(constants.user_files, filename);
+    Ref asked;
+    if (is_user == nullptr) {
+      if (PyErr_Occurred()) return Ref();
+      asked = Ref(PyObject_CallOneArg(constants.is_user_file, filename));
+      if (!asked || PyDict_SetItem(constants.user_files, filename, asked.get()) < 0) return Ref();
+      is_user = asked.get();
+    }
+    if (is_user == Py_True) return frame;
+    frame = Ref(reinterpret_cast<PyObject*>(PyFrame_GetBack(reinterpret_cast<PyFrameObject*>(frame.get()))));
+  }
+  return Ref::borrow(Py_None);
+}
+
+// tracer._UserFrames.find(caller), on that object's state: the user frame
+// above the frame that dispatched an op, remembered for that frame unless a
+// resumable frame (generator, coroutine) lies between the two.
+Ref find_user_frame(PyObject* user_frames, PyObject* caller) {
+  Ref user = user_frame(caller);
+  if (!user) return Ref();
+  Ref frame = Ref::borrow(caller);
+  while (frame && frame.get() != user.get()) {
+    Ref code(reinterpret_cast<PyObject*>(PyFrame_GetCode(reinterpret_cast<PyFrameObject*>(frame.get()))));
+    if (reinterpret_cast<PyCodeObject*>(code.get())->co_flags & constants.resumable_code) break;
+    frame = Ref(reinterpret_cast<PyObject*>(PyFrame_GetBack(reinterpret_cast<PyFrameObject*>(frame.get()))));
+  }
+  bool remembered = frame.get() == user.get() || (!frame && user.get() == Py_None);
+  if (PyObject_SetAttr(user_frames, names.caller, remembered ? caller : Py_None) < 0 ||
+      PyObject_SetAttr(user_frames, names.user, user.get()) < 0)
+    return Ref();
+  return user;
 }
 
 // OpTracer._site: a new (phase, file, line, module) tuple.
@@ -413,9 +509,9 @@ PyObject* site_of(Tracer& tracer, PyObject* caller) {
   if (node) {
     Ref sequence_nr(PyLong_FromUnsignedLongLong(node->sequence_nr()));
     if (!sequence_nr) return nullptr;
-    PyObject* site = PyDict_GetItemWithError(tracer.forward_sites.get(), sequence_nr.get());
+    PyObject* site = PyDict_GetItemWithError(tracer.forward_sites, sequence_nr.get());
     if (site) {
-      return atomic(PyTuple_Pack(4, constants.backward, PyTuple_GET_ITEM(site, 0), PyTuple_GET_ITEM(site, 1),
+      return untracked(PyTuple_Pack(4, constants.backward, PyTuple_GET_ITEM(site, 0), PyTuple_GET_ITEM(site, 1),
                                  PyTuple_GET_ITEM(site, 2)));
     }
     if (PyErr_Occurred()) return nullptr;
@@ -428,12 +524,10 @@ PyObject* site_of(Tracer& tracer, PyObject* caller) {
   }
   Ref frame;
   if (caller != nullptr) {
-    Ref user_frames(PyObject_GetAttr(tracer.self, names.user_frames));
-    if (!user_frames) return nullptr;
-    Ref cached(PyObject_GetAttr(user_frames.get(), names.caller));
+    PyObject* user_frames = tracer.bound.user_frames.get();
+    Ref cached(PyObject_GetAttr(user_frames, names.caller));
     if (!cached) return nullptr;
-    frame = cached.get() == caller ? Ref(PyObject_GetAttr(user_frames.get(), names.user))
-                                   : Ref(PyObject_CallMethodOneArg(user_frames.get(), names.find, caller));
+    frame = cached.get() == caller ? Ref(PyObject_GetAttr(user_frames, names.user)) : find_user_frame(user_frames, caller);
     if (!frame) return nullptr;
   }
   // TrainingWatcher.current_module, read from its stack without running the property
@@ -444,16 +538,39 @@ PyObject* site_of(Tracer& tracer, PyObject* caller) {
     Py_ssize_t depth = PyList_Check(stack.get()) ? PyList_GET_SIZE(stack.get()) : 0;
     if (depth > 0) module = Ref::borrow(PyList_GET_ITEM(stack.get(), depth - 1));
   }
-  if (!frame || frame.get() == Py_None) return atomic(PyTuple_Pack(4, phase, constants.empty_str, constants.zero, module.get()));
+  if (!frame || frame.get() == Py_None) return untracked(PyTuple_Pack(4, phase, constants.empty_str, constants.zero, module.get()));
   PyFrameObject* user = reinterpret_cast<PyFrameObject*>(frame.get());
   Ref code(reinterpret_cast<PyObject*>(PyFrame_GetCode(user)));
-  Ref line(PyLong_FromLong(PyFrame_GetLineNumber(user)));
+  Ref line(PyLong_FromLong(line_number(user, code.get())));
   if (!code || !line) return nullptr;
-  return atomic(PyTuple_Pack(4, phase, reinterpret_cast<PyCodeObject*>(code.get())->co_filename, line.get(), module.get()));
+  return untracked(PyTuple_Pack(4, phase, reinterpret_cast<PyCodeObject*>(code.get())->co_filename, line.get(), module.get()));
+}
+
+// repr() of floats, remembered by their bits: a float's repr is a shortest
+// round-trip conversion, the costliest part of an optimizer op's record
+// (its learning rate, betas, eps).  Emptied when full.
+std::unordered_map<uint64_t, PyObject*> float_reprs;
+const size_t FLOAT_CACHE_SIZE = 4096;
+
+PyObject* float_repr(PyObject* value) {
+  double number = PyFloat_AS_DOUBLE(value);
+  uint64_t bits;
+  std::memcpy(&bits, &number, sizeof bits);
+  auto found = float_reprs.find(bits);
+  if (found != float_reprs.end()) return Ref::borrow(found->second).release();
+  PyObject* text = PyObject_Repr(value);
+  if (!text) return nullptr;
+  if (float_reprs.size() >= FLOAT_CACHE_SIZE) {
+    for (auto& entry : float_reprs) Py_DECREF(entry.second);
+    float_reprs.clear();
+  }
+  float_reprs.emplace(bits, Ref::borrow(text).release());
+  return text;
 }
 
 // OpTracer's _plain: a non-tensor argument as text equal across processes.
 PyObject* plain(PyObject* value) {
+  if (PyFloat_CheckExact(value)) return float_repr(value);
   int is_plain = PyObject_IsInstance(value, constants.plain_types);
   if (is_plain < 0) return nullptr;
   if (is_plain) return PyObject_Repr(value);
@@ -472,29 +589,29 @@ PyObject* meta(Tracer& tracer, PyObject* value) {
     if (!size) return nullptr;
     PyTuple_SET_ITEM(shape.get(), i, size);
   }
-  Ref key(atomic(PyTuple_Pack(2, reinterpret_cast<PyObject*>(torch::getTHPDtype(tensor.scalar_type())), atomic(shape.get()))));
+  Ref key((PyTuple_Pack(2, reinterpret_cast<PyObject*>(torch::getTHPDtype(tensor.scalar_type())), (shape.get()))));
   if (!key) return nullptr;
-  PyObject* known = PyDict_GetItemWithError(tracer.out_meta.get(), key.get());
+  PyObject* known = PyDict_GetItemWithError(tracer.out_meta, key.get());
   if (known) return Ref::borrow(known).release();
   if (PyErr_Occurred()) return nullptr;
   return PyObject_CallMethodOneArg(tracer.self, names.meta, value);
 }
 
-PyObject* pack(const std::vector<Ref>& items) {
+PyObject* pack(const Refs& items) {
   PyObject* tuple = PyTuple_New(items.size());
   if (!tuple) return nullptr;
   for (size_t i = 0; i < items.size(); ++i) PyTuple_SET_ITEM(tuple, i, Ref::borrow(items[i].get()).release());
-  return atomic(tuple);
+  return tuple;
 }
 
-PyObject* list_of(const std::vector<PyObject*>& items) {
+PyObject* list_of(const Objects& items) {
   PyObject* list = PyList_New(items.size());
   if (!list) return nullptr;
   for (size_t i = 0; i < items.size(); ++i) PyList_SET_ITEM(list, i, Ref::borrow(items[i]).release());
   return list;
 }
 
-PyObject* list_of(const std::vector<Ref>& items) {
+PyObject* list_of(const Refs& items) {
   PyObject* list = PyList_New(items.size());
   if (!list) return nullptr;
   for (size_t i = 0; i < items.size(); ++i) PyList_SET_ITEM(list, i, Ref::borrow(items[i].get()).release());
@@ -502,20 +619,15 @@ PyObject* list_of(const std::vector<Ref>& items) {
 }
 
 // Whether OpTracer.record must take this op: what this function does not do.
-bool needs_python(PyObject* tracer, const std::vector<PyObject*>& flat_args, Py_ssize_t record_index, bool* answer) {
+bool needs_python(const Bound& bound, const Objects& flat_args, Py_ssize_t record_index, bool* answer) {
   *answer = true;
-  Ref capture_ops(PyObject_GetAttr(tracer, names.capture_ops));
-  if (!capture_ops) return false;
-  if (PySet_GET_SIZE(capture_ops.get()) > 0) {
+  PyObject* capture_ops = bound.capture_ops.get();
+  if (PySet_GET_SIZE(capture_ops) > 0) {
     Ref index(PyLong_FromSsize_t(record_index));
-    int captured = index ? PySet_Contains(capture_ops.get(), index.get()) : -1;
+    int captured = index ? PySet_Contains(capture_ops, index.get()) : -1;
     if (captured != 0) return captured > 0;
   }
-  Ref communications(PyObject_GetAttr(tracer, names.communications));
-  if (!communications) return false;
-  bool pending = false;
-  if (!truthy_attr(communications.get(), names.pending, &pending)) return false;
-  if (pending) return true;
+  if (PyDict_GET_SIZE(bound.pending.get()) > 0) return true;
   for (PyObject* value : flat_args) {
     if (is_tensor(value) && !is_plain_tensor(value)) return true;
   }
@@ -524,7 +636,8 @@ bool needs_python(PyObject* tracer, const std::vector<PyObject*>& flat_args, Py_
 }
 
 // OpTracer.record(func, args, kwargs, caller); caller: the frame that dispatched the op, or null
-PyObject* record_op(PyObject* self, PyObject* func, PyObject* args, PyObject* kwargs, PyObject* caller_frame) {
+PyObject* record_op(const Bound& bound, PyObject* func, PyObject* args, PyObject* kwargs, PyObject* caller_frame) {
+  PyObject* self = bound.tracer;
   Ref caller = Ref::borrow(caller_frame ? caller_frame : Py_None);
   const OpInfo* found = op_info(self, func);
   if (!found) return nullptr;
@@ -532,10 +645,10 @@ PyObject* record_op(PyObject* self, PyObject* func, PyObject* args, PyObject* kw
   if (info.untraced) return PyObject_Call(info.call.get(), args, kwargs);
   if (info.python_only) return PyObject_CallMethodObjArgs(self, names.record, func, args, kwargs, caller.get(), nullptr);
 
-  Tracer tracer{self};
+  Tracer tracer(bound);
   if (!tracer.load()) return nullptr;
-  Py_ssize_t index = PyList_GET_SIZE(tracer.records.get());
-  std::vector<PyObject*> flat_args;
+  Py_ssize_t index = PyList_GET_SIZE(tracer.records);
+  Objects flat_args;
   if (info.flat_args) {
     for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(args); ++i) flat_args.push_back(PyTuple_GET_ITEM(args, i));
     PyObject *key, *value;
@@ -548,7 +661,7 @@ PyObject* record_op(PyObject* self, PyObject* func, PyObject* args, PyObject* kw
     while (PyDict_Next(kwargs, &position, &key, &value)) flatten(value, &flat_args);
   }
   bool to_python;
-  if (!needs_python(self, flat_args, index, &to_python)) return nullptr;
+  if (!needs_python(bound, flat_args, index, &to_python)) return nullptr;
   if (to_python) return PyObject_CallMethodObjArgs(self, names.record, func, args, kwargs, caller.get(), nullptr);
 
   Ref record_index(PyLong_FromSsize_t(index));
@@ -559,9 +672,9 @@ PyObject* record_op(PyObject* self, PyObject* func, PyObject* args, PyObject* kw
   Ref site(site_of(tracer, caller_frame));
   if (!site) return nullptr;
 
-  std::vector<Ref> inputs, leaves;
-  std::vector<PyObject*> input_tensors;  // borrowed, in input order
-  std::vector<Ref> plain_args;
+  Refs inputs, leaves;
+  Objects input_tensors;  // borrowed, in input order
+  Refs plain_args;
   PyObject* view_of = nullptr;
   Ref view_of_id;
   for (PyObject* value : flat_args) {
@@ -570,7 +683,7 @@ PyObject* record_op(PyObject* self, PyObject* func, PyObject* args, PyObject* kw
       if (!input_ref(tracer, value, record_index.get(), &digest_id, &origin)) return nullptr;
       if (origin) {
         Ref position(PyLong_FromSize_t(inputs.size()));
-        Ref leaf(position ? atomic(PyTuple_Pack(3, position.get(), PyTuple_GET_ITEM(origin.get(), 0), PyTuple_GET_ITEM(origin.get(), 1))) : nullptr);
+        Ref leaf(position ? untracked(PyTuple_Pack(3, position.get(), PyTuple_GET_ITEM(origin.get(), 0), PyTuple_GET_ITEM(origin.get(), 1))) : nullptr);
         if (!leaf) return nullptr;
         leaves.push_back(std::move(leaf));
       }
@@ -587,12 +700,12 @@ PyObject* record_op(PyObject* self, PyObject* func, PyObject* args, PyObject* kw
     }
   }
   if (!info.unread_args.empty()) {  // OpTracer's _mark_unread
-    std::vector<PyObject*> unread;
+    Objects unread;
     for (const auto& [position, name] : info.unread_args) {
       PyObject* value = position < PyTuple_GET_SIZE(args) ? PyTuple_GET_ITEM(args, position) : PyDict_GetItem(kwargs, name.get());
       if (value && is_tensor(value)) unread.push_back(value);
     }
-    std::vector<size_t> positions;
+    c10::SmallVector<size_t, 8> positions;
     for (size_t i = 0; i < input_tensors.size(); ++i) {
       for (PyObject* value : unread) {
         if (input_tensors[i] == value) {
@@ -602,7 +715,7 @@ PyObject* record_op(PyObject* self, PyObject* func, PyObject* args, PyObject* kw
       }
     }
     for (size_t position : positions) inputs[position] = Ref::borrow(constants.unread);
-    std::vector<Ref> kept;
+    Refs kept;
     for (auto& leaf : leaves) {
       size_t position = PyLong_AsSize_t(PyTuple_GET_ITEM(leaf.get(), 0));
       bool dropped = false;
@@ -642,13 +755,13 @@ PyObject* record_op(PyObject* self, PyObject* func, PyObject* args, PyObject* kw
       if (!done) return nullptr;
     }
   }
-  std::vector<PyObject*> flat_result;  // borrowed from result
+  Objects flat_result;  // borrowed from result
   if (info.single_result) {
     flat_result.push_back(result.get());
   } else {
     flatten(result.get(), &flat_result);
   }
-  std::vector<PyObject*> out_tensors, written;
+  Objects out_tensors, written;
   auto add_output = [&out_tensors](PyObject* value) {
     if (!is_tensor(value)) return;
     for (PyObject* known : out_tensors) {
@@ -660,7 +773,7 @@ PyObject* record_op(PyObject* self, PyObject* func, PyObject* args, PyObject* kw
   for (const auto& [position, name] : info.written_args) {
     PyObject* value = position < PyTuple_GET_SIZE(args) ? PyTuple_GET_ITEM(args, position) : PyDict_GetItem(kwargs, name.get());
     if (value == nullptr) continue;
-    std::vector<PyObject*> items;
+    Objects items;
     if (info.flat_args) {
       items.push_back(value);
     } else {  // a written list of tensors (the _foreach_ ops')
@@ -682,11 +795,11 @@ PyObject* record_op(PyObject* self, PyObject* func, PyObject* args, PyObject* kw
       if (!reference) return nullptr;
       PyList_SET_ITEM(references.get(), i, reference);
     }
-    Ref user_site(atomic(PyTuple_GetSlice(site.get(), 1, 4)));
+    Ref user_site(untracked(PyTuple_GetSlice(site.get(), 1, 4)));
     Ref last(user_site ? PyTuple_Pack(2, references.get(), user_site.get()) : nullptr);
     if (!last || PyObject_SetAttr(self, names.last_outputs, last.get()) < 0) return nullptr;
   }
-  std::vector<Ref> outputs;
+  Refs outputs;
   for (PyObject* tensor : out_tensors) {
     bool is_written = false;
     for (PyObject* item : written) is_written = is_written || item == tensor;
@@ -694,7 +807,19 @@ PyObject* record_op(PyObject* self, PyObject* func, PyObject* args, PyObject* kw
     if (!digest_id) return nullptr;
     if (digest_id.get() != Py_None) outputs.push_back(std::move(digest_id));
   }
-  std::vector<Ref> out_meta;
+  if (info.returns_python) {  // OpTracer._stage_value_digest: a number is exact in its repr
+    for (PyObject* value : flat_result) {
+      if (value == Py_None || is_tensor(value)) continue;
+      Ref text(plain(value));
+      Py_ssize_t size;
+      const char* bytes = text ? PyUnicode_AsUTF8AndSize(text.get(), &size) : nullptr;
+      Ref digest(bytes ? crc32_of(bytes, size) : nullptr);
+      Ref digest_id(digest ? PyLong_FromSsize_t(PyList_GET_SIZE(tracer.digests) + PyList_GET_SIZE(tracer.staged)) : nullptr);
+      if (!digest_id || PyList_Append(tracer.staged, digest.get()) < 0) return nullptr;
+      outputs.push_back(std::move(digest_id));
+    }
+  }
+  Refs out_meta;
   for (PyObject* value : flat_result) {
     Ref text(meta(tracer, value));
     if (!text) return nullptr;
@@ -722,14 +847,16 @@ PyObject* record_op(PyObject* self, PyObject* func, PyObject* args, PyObject* kw
     step = Ref(steps ? PyNumber_Add(steps.get(), constants.one) : nullptr);
     if (!step) return nullptr;
   }
-  Ref out_meta_tuple(pack(out_meta)), inputs_tuple(pack(inputs)), outputs_tuple(pack(outputs)), leaves_tuple(pack(leaves));
+  // (their items are strings, numbers and untracked leaves)
+  Ref out_meta_tuple(untracked(pack(out_meta))), inputs_tuple(untracked(pack(inputs))),
+      outputs_tuple(untracked(pack(outputs))), leaves_tuple(untracked(pack(leaves)));
   if (!out_meta_tuple || !inputs_tuple || !outputs_tuple || !leaves_tuple) return nullptr;
   PyObject* site_items = site.get();
-  Ref entry(atomic(PyTuple_Pack(12, info.name.get(), PyTuple_GET_ITEM(site_items, 0), PyTuple_GET_ITEM(site_items, 1),
+  Ref entry(untracked(PyTuple_Pack(12, info.name.get(), PyTuple_GET_ITEM(site_items, 0), PyTuple_GET_ITEM(site_items, 1),
                          PyTuple_GET_ITEM(site_items, 2), PyTuple_GET_ITEM(site_items, 3), step.get(),
                          out_meta_tuple.get(), args_digest.get(), inputs_tuple.get(), outputs_tuple.get(),
                          leaves_tuple.get(), info.is_seeded ? Py_True : Py_False)));
-  if (!entry || PyList_Append(tracer.records.get(), entry.get()) < 0) return nullptr;
+  if (!entry || PyList_Append(tracer.records, entry.get()) < 0) return nullptr;
   if (observer.get() != Py_None) {
     Ref outputs_list(list_of(out_tensors)), results_list(list_of(flat_result));
     if (!outputs_list || !results_list) return nullptr;
@@ -737,7 +864,7 @@ PyObject* record_op(PyObject* self, PyObject* func, PyObject* args, PyObject* kw
                                         results_list.get(), nullptr));
     if (!told) return nullptr;
   }
-  if (PyList_GET_SIZE(tracer.staged.get()) >= constants.stage_limit) {
+  if (PyList_GET_SIZE(tracer.staged) >= constants.stage_limit) {
     Ref flushed(PyObject_CallMethodNoArgs(self, names.flush));
     if (!flushed) return nullptr;
   }
@@ -745,16 +872,18 @@ PyObject* record_op(PyObject* self, PyObject* func, PyObject* args, PyObject* kw
 }
 
 // The tracer's mode's __torch_dispatch__ (torch wants a method of the mode):
-// dispatch(mode, func, types, args=(), kwargs=None), the tracer being mode.tracer.  A C++ exception
+// dispatch(mode, func, types, args=(), kwargs=None), the tracer's state being
+// what bind() made of it, mode._native_state.  A C++ exception
 // (c10::Error from a tensor accessor) is raised as Python's RuntimeError.
 PyObject* dispatch(PyObject*, PyObject* const* argv, Py_ssize_t argc) {
   if (argc < 3 || argc > 5) {
     PyErr_SetString(PyExc_TypeError, "dispatch(mode, func, types, args=(), kwargs=None)");
     return nullptr;
   }
-  Ref tracer(PyObject_GetAttr(argv[0], names.tracer));
-  if (!tracer) return nullptr;
-  PyObject *self = tracer.get(), *func = argv[1];
+  Ref capsule(PyObject_GetAttr(argv[0], names.bound));
+  const Bound* bound = capsule ? static_cast<const Bound*>(PyCapsule_GetPointer(capsule.get(), BOUND_NAME)) : nullptr;
+  if (!bound) return nullptr;
+  PyObject *self = bound->tracer, *func = argv[1];
   Ref args = Ref::borrow(argc > 3 ? argv[3] : nullptr);
   if (!args) args = Ref(PyTuple_New(0));
   Ref kwargs = Ref::borrow(argc > 4 && argv[4] != Py_None ? argv[4] : nullptr);
@@ -765,7 +894,7 @@ PyObject* dispatch(PyObject*, PyObject* const* argv, Py_ssize_t argc) {
   if (paused) return PyObject_Call(func, args.get(), kwargs.get());
   try {
     // no Python frame of the mode's own lies between: the current frame dispatched the op
-    return record_op(self, func, args.get(), kwargs.get(), reinterpret_cast<PyObject*>(PyEval_GetFrame()));
+    return record_op(*bound, func, args.get(), kwargs.get(), reinterpret_cast<PyObject*>(PyEval_GetFrame()));
   } catch (const std::exception& error) {
     PyErr_SetString(PyExc_RuntimeError, error.what());
     return nullptr;
@@ -773,6 +902,46 @@ PyObject* dispatch(PyObject*, PyObject* const* argv, Py_ssize_t argc) {
 }
 
 PyObject* intern(const char* text) { return PyUnicode_InternFromString(text); }
+
+void free_bound(PyObject* capsule) { delete static_cast<Bound*>(PyCapsule_GetPointer(capsule, BOUND_NAME)); }
+
+// bind(tracer): what dispatch() keeps of a tracer, for its mode to hold as _native_state.
+PyObject* bind(PyObject*, PyObject* tracer) {
+  auto bound = std::make_unique<Bound>();
+  bound->tracer = tracer;
+  bound->records = Ref(PyObject_GetAttr(tracer, names.records));
+  bound->staged = Ref(PyObject_GetAttr(tracer, names.staged));
+  bound->tensor_digest = Ref(PyObject_GetAttr(tracer, names.tensor_digest));
+  bound->storage_origin = Ref(PyObject_GetAttr(tracer, names.storage_origin));
+  bound->digests = Ref(PyObject_GetAttr(tracer, names.digests));
+  bound->forward_sites = Ref(PyObject_GetAttr(tracer, names.forward_sites));
+  bound->out_meta = Ref(PyObject_GetAttr(tracer, names.out_meta));
+  bound->capture_ops = Ref(PyObject_GetAttr(tracer, names.capture_ops));
+  Ref communications(PyObject_GetAttr(tracer, names.communications));
+  bound->pending = Ref(communications ? PyObject_GetAttr(communications.get(), names.pending) : nullptr);
+  bound->user_frames = Ref(PyObject_GetAttr(tracer, names.user_frames));
+  if (!bound->records || !bound->digests || !bound->forward_sites || !bound->out_meta || !bound->capture_ops ||
+      !bound->pending || !bound->user_frames || !bound->staged || !bound->tensor_digest || !bound->storage_origin ||
+      !truthy_attr(tracer, names.host_digests, &bound->host_digests))
+    return nullptr;
+  if (!PyList_CheckExact(bound->records.get()) || !PyList_CheckExact(bound->digests.get()) ||
+      !PyDict_CheckExact(bound->forward_sites.get()) || !PyDict_CheckExact(bound->out_meta.get()) ||
+      !PyAnySet_CheckExact(bound->capture_ops.get()) || !PyList_CheckExact(bound->staged.get()) ||
+      !PyDict_CheckExact(bound->tensor_digest.get()) || !PyDict_CheckExact(bound->storage_origin.get()) ||
+      !PyDict_CheckExact(bound->pending.get())) {
+    PyErr_SetString(PyExc_TypeError, "native_record.bind: not an OpTracer");
+    return nullptr;
+  }
+  // The trace and its digests grow by an item or more per op and hold only
+  // numbers, strings and tuples of them (OpTracer.record builds them so):
+  // they can never be part of a cycle, and a full collection that walked
+  // them would cost time in proportion to the trace, again and again.
+  PyObject_GC_UnTrack(bound->records.get());
+  PyObject_GC_UnTrack(bound->digests.get());
+  PyObject* capsule = PyCapsule_New(bound.get(), BOUND_NAME, free_bound);
+  if (capsule) bound.release();
+  return capsule;
+}
 
 // configure(constants: dict): tracer.py's constants and helpers, once per process.
 PyObject* configure(PyObject*, PyObject* given) {
@@ -787,13 +956,15 @@ PyObject* configure(PyObject*, PyObject* given) {
   };
   Constants c;
   if (!(c.plain_types = item("plain_types")) || !(c.parameter_type = item("parameter_type")) ||
-      !(c.crc32 = item("crc32")) || !(c.result_meta = item("result_meta")) || !(c.forward = item("forward")) ||
+      !(c.crc32 = item("crc32")) || !(c.result_meta = item("result_meta")) ||
+      !(c.user_files = item("user_files")) || !(c.is_user_file = item("is_user_file")) || !(c.forward = item("forward")) ||
       !(c.backward = item("backward")) || !(c.optimizer = item("optimizer")) || !(c.produced = item("produced")) ||
       !(c.allocated = item("allocated")) || !(c.external = item("external")) || !(c.uninit = item("uninit")) ||
       !(c.unread = item("unread")))
     return nullptr;
-  Ref crc_max(item("crc_max_bytes")), stage_limit(item("stage_limit"));
-  if (!crc_max || !stage_limit) return nullptr;
+  Ref crc_max(item("crc_max_bytes")), stage_limit(item("stage_limit")), resumable(item("resumable_code"));
+  if (!crc_max || !stage_limit || !resumable) return nullptr;
+  c.resumable_code = PyLong_AsLong(resumable.get());
   c.crc_max_bytes = PyLong_AsSsize_t(crc_max.get());
   c.stage_limit = PyLong_AsSsize_t(stage_limit.get());
   c.empty_str = intern("");
@@ -808,6 +979,7 @@ PyObject* configure(PyObject*, PyObject* given) {
 PyMethodDef methods[] = {
     {"dispatch", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(dispatch)), METH_FASTCALL,
      "dispatch(mode, func, types, args=(), kwargs=None): the tracer's __torch_dispatch__, compiled"},
+    {"bind", bind, METH_O, "bind(tracer): the tracer's state for dispatch(), held by its mode as _native_state"},
     {"configure", configure, METH_O, "configure(constants): tracer.py's constants, once per process"},
     {nullptr, nullptr, 0, nullptr}};
 
@@ -822,7 +994,7 @@ PyMODINIT_FUNC PyInit_native_record() {
                 intern("communications"), intern("pending"), intern("allocation_fill"), intern("_host_digests"),
                 intern("_out_meta"), intern("dispatching"), intern("in_optimizer"), intern("_module_stack"),
                 intern("steps"), intern("caller"), intern("user"), intern("find"), intern("co_filename"),
-                intern("record"), intern("paused"), intern("tracer"), intern("before_op"), intern("after_op"), intern("_info"), intern("_stage_digest"), intern("_forget_dead_storages"),
+                intern("record"), intern("paused"), intern("_native_state"), intern("before_op"), intern("after_op"), intern("_info"), intern("_stage_digest"), intern("_forget_dead_storages"),
                 intern("_fill_allocation"), intern("_meta"), intern("flush"), intern("name"), intern("call"),
                 intern("is_allocation"), intern("is_seeded"), intern("is_view"), intern("flat_args"),
                 intern("single_result"), intern("untraced"), intern("communicates"), intern("returns_python"),

@@ -71,7 +71,7 @@ import numpy
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from detaudit.dynamic import native
+from detaudit.dynamic import native, watch
 from detaudit.dynamic.collectives import EARLY_READ_FIELDS, Communications
 from detaudit.dynamic.trace_format import (
     ALLOCATED,
@@ -114,6 +114,7 @@ _UNTRACED_NAMESPACES = frozenset({"profiler"})  # record_function markers: no da
 # deviations): up to 32 KiB a tensor, whatever the model's size
 SAMPLE_ELEMENTS = 4096
 _STAGE_LIMIT = 8192  # flush early when this many digests wait on the device
+_TRACING_GC_THRESHOLD = 10_000  # the youngest generation's threshold while tracing (see OpTracer.__enter__)
 _MIN_FORGET_AT = 4096  # entries in the storage tables before freed storages are first dropped
 _WEIGHT_MULTIPLIER = 0x9E3779B97F4A7C15 - (1 << 64)  # golden-ratio constant as a signed int64
 _DEVICE_WEIGHT_STEP = (2 * _WEIGHT_MULTIPLIER + (1 << 63)) % (1 << 64) - (1 << 63)  # as int64; weight(i) = i * step + 1
@@ -422,6 +423,7 @@ def native_constants() -> dict:
         "result_meta": _result_meta, "forward": FORWARD, "backward": BACKWARD, "optimizer": OPTIMIZER,
         "produced": PRODUCED, "allocated": ALLOCATED, "external": EXTERNAL, "uninit": UNINIT, "unread": UNREAD,
         "crc_max_bytes": _CRC_MAX_BYTES, "stage_limit": _STAGE_LIMIT,
+        "user_files": watch._USER_FILES, "is_user_file": watch.is_user_file, "resumable_code": _RESUMABLE_CODE,
     }
 
 
@@ -431,6 +433,7 @@ class _OpRecorder(TorchDispatchMode):
         self.tracer = tracer
         native_record = native.load() if compiled else None
         if native_record is not None:  # the compiled twin of the method below
+            self._native_state = native_record.bind(tracer)
             self.__torch_dispatch__ = types.MethodType(native_record.dispatch, self)
 
     @classmethod
@@ -451,6 +454,9 @@ class OpTracer:
     ``compiled=False`` records every op in Python (``record``) even where the
     compiled recorder (``native``) can be loaded."""
 
+    # The containers this tracer makes in __init__ (records, digests, the
+    # staged digests, the storage tables, ...) are mutated in place, never
+    # replaced: the compiled recorder holds them from the start.
     def __init__(
         self, capture_ops=(), sampled_ops=(), device_digests: bool = False, allocation_fill: int | None = None,
         compiled: bool = True,
@@ -497,8 +503,8 @@ class OpTracer:
         self.dispatching: tuple | None = None
         # told of each record as it is traced and of each flush (online_capture.OnlineCapture); None: nobody
         self.observer = None
-        self._modes = [_OpRecorder(self, compiled)]
         self.communications = Communications(self)  # torch.distributed's ops, completed when waited on
+        self._modes = [_OpRecorder(self, compiled)]  # last: the compiled recorder binds the state above
 
     def attach(self, watcher) -> None:
         self.watcher = watcher
@@ -512,6 +518,13 @@ class OpTracer:
         self._froze_gc = gc.get_freeze_count() == 0
         if self._froze_gc:
             gc.freeze()
+        # The trace keeps a few tracked objects per op (its storage tables'
+        # weak references, the storages' Python objects): at the default
+        # threshold the youngest generation is collected every ~100 ops and
+        # a full collection follows every ~10,000.  Collect less often while
+        # tracing (cyclic garbage waits for up to this many new objects).
+        self._gc_threshold = gc.get_threshold()
+        gc.set_threshold(max(self._gc_threshold[0], _TRACING_GC_THRESHOLD), *self._gc_threshold[1:])
         self._patch_rng_setters()
         self._patch_receivers()
         self._patch_python_reads()
@@ -528,6 +541,7 @@ class OpTracer:
         self._user_frames.forget()
         self._last_outputs = None
         self._unpatch()
+        gc.set_threshold(*self._gc_threshold)
         if self._froze_gc:
             gc.unfreeze()
         self.flush()
@@ -775,7 +789,8 @@ class OpTracer:
         """Copy the staged digests to the host: one transfer per device."""
         if not self._staged:
             return
-        staged, self._staged = self._staged, []
+        staged = self._staged[:]
+        self._staged.clear()  # in place: the compiled recorder holds this list
         values: list = list(staged)
         by_device: dict[torch.device, list[int]] = {}
         for position, digest in enumerate(staged):
@@ -834,8 +849,10 @@ class OpTracer:
     def _forget_dead_storages(self) -> None:
         """Drop what is known about storages that were freed (they can never
         match again); called when the tables have doubled, so amortized O(1)."""
-        self._tensor_digest = {key: entry for key, entry in self._tensor_digest.items() if entry[0]() is not None}
-        self._storage_origin = {key: entry for key, entry in self._storage_origin.items() if entry[0]() is not None}
+        for table in (self._tensor_digest, self._storage_origin):  # in place: the compiled recorder holds them
+            live = {key: entry for key, entry in table.items() if entry[0]() is not None}
+            table.clear()
+            table.update(live)
         self._forget_at = max(_MIN_FORGET_AT, 2 * (len(self._tensor_digest) + len(self._storage_origin)))
 
     def _remember(self, key: tuple, storage, version: int, digest_id: int, written: bool = False) -> None:
