@@ -3,6 +3,7 @@
 #
 #   bash bench/gpu_acceptance.sh [--dry-run] [WHEEL_DIR]
 #
+#  0. the tracer's compiled op recorder, built for this torch (and whether it loads);
 #  1. the CUDA tests (pytest -m cuda);
 #  2. detaudit calibrate --device cuda, and what it measured differently from the shipped ops table;
 #  3. bench/trace_overhead.py (CPU and CUDA rows: plain vs traced step times and their ratio);
@@ -196,6 +197,12 @@ lane_audits() {
     step "run: ResNet step under detaudit.deterministic()" 70 \
         audit cuda_resnet_step.py deterministic "${run[@]}" -- --deterministic-block
 }
+
+# -- the tracer's compiled recorder: built once, before the lanes trace (else they record in Python) --
+SUMMARY="$WORK/lane0.summary" step "build the compiled op recorder" 120 "$PYTHON" -c '
+from detaudit.dynamic import native
+print("compiled recorder:", native.build() or "not built (the tracer records in Python)")
+import torch; print("loaded:", native.load() is not None)'
 
 SUMMARY="$WORK/lane1.summary" lane_tests_and_calibration >"$WORK/lane1.log" 2>&1 &
 LANE1=$!

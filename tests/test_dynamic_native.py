@@ -13,7 +13,12 @@ the same seed, once per recorder, in this process.
 from __future__ import annotations
 
 import contextlib
+import json
+import os
 import shutil
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -25,6 +30,7 @@ from detaudit.dynamic.online_capture import OnlineCapture
 from detaudit.dynamic.tracer import OpTracer
 from detaudit.dynamic.watch import StopRun, TrainingWatcher
 
+ROOT = Path(__file__).resolve().parents[1]
 HAS_COMPILER = shutil.which("c++") is not None
 
 
@@ -266,3 +272,65 @@ def test_the_compiled_recorder_leaves_python_only_what_it_does_not_do():
     # a captured op is the Python recorder's: those alone
     capturing = step(_CountingTracer(capture_ops=(3, 17, 1000)))
     assert capturing.python_records == [3, 17]
+
+
+_LOAD_AND_TRACE = """
+import json, torch
+from detaudit.dynamic import native
+from detaudit.dynamic.tracer import OpTracer
+tracer = OpTracer()
+with tracer:
+    (torch.ones(3) * 2).sum()
+mode = tracer._modes[0]
+print(json.dumps({"loaded": native.load() is not None, "compiled": hasattr(mode, "_native_state"), "ops": len(tracer.records)}))
+"""
+
+
+def _load_and_trace(tmp_path, **environment) -> dict:
+    env = {**os.environ, "DETAUDIT_NATIVE_CACHE": str(tmp_path / "cache"), **environment}
+    done = subprocess.run([sys.executable, "-c", _LOAD_AND_TRACE], env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout.splitlines()[-1])
+
+
+def test_without_a_compiler_the_tracer_records_in_python_and_tries_again_later(tmp_path):
+    assert _load_and_trace(tmp_path, CXX=str(tmp_path / "no-such-compiler")) == {"loaded": False, "compiled": False, "ops": 3}
+    assert not list((tmp_path / "cache").glob("*.failed.log"))  # nothing recorded: a compiler installed later is used
+
+
+def test_a_failed_build_is_logged_once_and_the_tracer_records_in_python(tmp_path):
+    assert _load_and_trace(tmp_path, CXX="false") == {"loaded": False, "compiled": False, "ops": 3}
+    [log] = (tmp_path / "cache").glob("*.failed.log")
+    assert log.read_text().startswith("false ")
+    assert _load_and_trace(tmp_path, CXX="false")["loaded"] is False  # not retried: the log stays
+
+
+def test_detaudit_native_0_turns_the_compiled_recorder_off(tmp_path):
+    assert _load_and_trace(tmp_path, DETAUDIT_NATIVE="0") == {"loaded": False, "compiled": False, "ops": 3}
+    assert not (tmp_path / "cache").exists()
+
+
+@needs_compiler
+def test_a_build_into_an_empty_cache_is_loaded(tmp_path):
+    assert _load_and_trace(tmp_path) == {"loaded": True, "compiled": True, "ops": 3}
+    assert len(list((tmp_path / "cache").glob("native_record-*.so"))) == 1
+
+
+def _audit(script: Path, **environment) -> tuple[str, list[dict]]:
+    """The verdict and the root causes (kind, op, line, phase) of ``detaudit run`` on ``script``."""
+    done = subprocess.run(
+        [sys.executable, "-m", "detaudit", "run", str(script), "--repeats", "2", "--format", "json"],
+        env={**os.environ, **environment}, capture_output=True, text=True, timeout=600, cwd=ROOT,
+    )
+    assert done.returncode == 1, done.stderr
+    report = json.loads(done.stdout)
+    fields = ("kind", "op", "path", "line", "phase")
+    return report["verdict"], [{field: cause[field] for field in fields} for cause in report["root_causes"]]
+
+
+@needs_compiler
+def test_detaudit_run_names_the_same_cause_with_either_recorder():
+    script = ROOT / "fixtures" / "dynamic" / "index_put_backward.py"
+    verdict, causes = _audit(script)
+    assert (verdict, causes) == _audit(script, DETAUDIT_NATIVE="0")
+    assert verdict == "nondeterministic" and causes

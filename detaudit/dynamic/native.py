@@ -20,7 +20,6 @@ traces, where torch is imported.
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import importlib.machinery
 import importlib.util
@@ -31,6 +30,7 @@ import sys
 import sysconfig
 import tempfile
 from pathlib import Path
+from typing import Callable
 
 SOURCE = Path(__file__).with_name("native_record.cpp")
 MODULE_NAME = "native_record"
@@ -39,7 +39,12 @@ _loaded = None  # the configured module, False once it could not be loaded in th
 
 
 def enabled() -> bool:
-    return os.environ.get("DETAUDIT_NATIVE", "1") != "0"
+    """Off with ``DETAUDIT_NATIVE=0``, and where the build's file lock and compiler flags do not apply (not POSIX)."""
+    return os.environ.get("DETAUDIT_NATIVE", "1") != "0" and os.name == "posix"
+
+
+def _compiler() -> str:
+    return os.environ.get("CXX") or "c++"
 
 
 def _torch_dir() -> Path | None:
@@ -75,13 +80,16 @@ def _failure_log(library: Path) -> Path:
     return library.with_name(library.name + ".failed.log")
 
 
-def ensure_built() -> bool:
+def ensure_built(announce: Callable[[str], None] | None = None) -> bool:
     """Build the library unless it exists, failed before or is turned off; in a
-    subprocess (torch is imported there, not here).  Whether it exists now."""
-    library = library_path()
-    if not enabled() or library is None:
+    subprocess (torch is imported there, not here).  ``announce`` is told
+    before a build starts.  Whether the library exists now."""
+    library = library_path() if enabled() else None
+    if library is None:
         return False
-    if not library.exists() and not _failure_log(library).exists():
+    if not library.exists() and not _failure_log(library).exists() and shutil.which(_compiler()):
+        if announce is not None:
+            announce(f"building the tracer's compiled op recorder into {library.parent} (once per torch; about 20 s)")
         try:
             subprocess.run(
                 [sys.executable, "-m", "detaudit.dynamic.native"],
@@ -98,7 +106,7 @@ def _compile_command(source: Path, output: Path) -> list[str]:
 
     torch_lib = Path(torch.__file__).parent / "lib"
     return [
-        os.environ.get("CXX") or "c++", "-O2", "-shared", "-fPIC", "-std=c++17", "-w",
+        _compiler(), "-O2", "-shared", "-fPIC", "-std=c++17", "-w",
         f"-D_GLIBCXX_USE_CXX11_ABI={int(torch._C._GLIBCXX_USE_CXX11_ABI)}",
         *(f"-I{path}" for path in cpp_extension.include_paths()),
         f"-I{sysconfig.get_paths()['include']}",
@@ -108,10 +116,21 @@ def _compile_command(source: Path, output: Path) -> list[str]:
 
 
 def build() -> Path | None:
-    """Compile the library (imports torch), one process at a time; its path, or None if it failed."""
+    """Compile the library (imports torch), one process at a time; its path,
+    or None if it failed, or there is no compiler or no writable cache (then
+    nothing is recorded, and a later call tries again)."""
     library = library_path()
-    if library is None:
+    if library is None or shutil.which(_compiler()) is None:
         return None
+    try:
+        return _build(library)
+    except OSError:  # the cache folder cannot be made or written
+        return None
+
+
+def _build(library: Path) -> Path | None:
+    import fcntl
+
     library.parent.mkdir(parents=True, exist_ok=True)
     with open(library.with_name(library.name + ".lock"), "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # another process may be building it: wait, then use its result
@@ -148,14 +167,14 @@ def _load():
     library = library_path() if enabled() else None
     if library is None:
         return None
-    if not library.exists() and (shutil.which(os.environ.get("CXX") or "c++") is None or build() is None):
+    if not library.exists() and build() is None:
         return None
     try:
         loader = importlib.machinery.ExtensionFileLoader(MODULE_NAME, str(library))
         spec = importlib.util.spec_from_file_location(MODULE_NAME, library, loader=loader)
         module = importlib.util.module_from_spec(spec)
         loader.exec_module(module)
-    except ImportError:
+    except (ImportError, OSError):  # built against another torch or libc than this process has
         return None
     from detaudit.dynamic import tracer
 

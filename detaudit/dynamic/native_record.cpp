@@ -618,6 +618,28 @@ PyObject* list_of(const Refs& items) {
   return list;
 }
 
+// The out_meta of a one-result op, ("float32[4, 8]",): one tuple per text, shared
+// by the records (most ops have one result, of a few shapes).  Emptied when full.
+std::unordered_map<PyObject*, PyObject*> single_metas;  // meta text -> its 1-tuple, both held
+const size_t SINGLE_META_CACHE_SIZE = 4096;
+
+PyObject* single_meta(PyObject* text) {
+  auto found = single_metas.find(text);
+  if (found != single_metas.end()) return Ref::borrow(found->second).release();
+  PyObject* tuple = untracked(PyTuple_Pack(1, text));
+  if (!tuple) return nullptr;
+  if (single_metas.size() >= SINGLE_META_CACHE_SIZE) {
+    for (auto& entry : single_metas) {
+      Py_DECREF(entry.first);
+      Py_DECREF(entry.second);
+    }
+    single_metas.clear();
+  }
+  Py_INCREF(text);
+  single_metas.emplace(text, Ref::borrow(tuple).release());
+  return tuple;
+}
+
 // Whether OpTracer.record must take this op: what this function does not do.
 bool needs_python(const Bound& bound, const Objects& flat_args, Py_ssize_t record_index, bool* answer) {
   *answer = true;
@@ -848,7 +870,7 @@ PyObject* record_op(const Bound& bound, PyObject* func, PyObject* args, PyObject
     if (!step) return nullptr;
   }
   // (their items are strings, numbers and untracked leaves)
-  Ref out_meta_tuple(untracked(pack(out_meta))), inputs_tuple(untracked(pack(inputs))),
+  Ref out_meta_tuple(out_meta.size() == 1 ? single_meta(out_meta[0].get()) : untracked(pack(out_meta))), inputs_tuple(untracked(pack(inputs))),
       outputs_tuple(untracked(pack(outputs))), leaves_tuple(untracked(pack(leaves)));
   if (!out_meta_tuple || !inputs_tuple || !outputs_tuple || !leaves_tuple) return nullptr;
   PyObject* site_items = site.get();

@@ -78,7 +78,8 @@ def audit_script(
     from detaudit.dynamic.saved_state import SavedState
     from detaudit.dynamic import native
 
-    native.ensure_built()  # here, once: no run's time limit pays for building the compiled recorder
+    # here, once: no run's time limit pays for building the compiled recorder
+    native.ensure_built(announce=lambda text: print(f"detaudit: {text}", file=sys.stderr, flush=True))
 
     variation = VARIATIONS[vary] if vary else None
     if variation is not None and not variation.repeats_script:  # an audit of its own (batch)
