@@ -1,16 +1,20 @@
 // OpTracer.record, compiled: the tracer's hot path for the common op.
 //
-// tracer.py's OpTracer.record is the reference: this function does what it
-// does, step for step, on the same Python state (the tracer's records,
-// digests, staged digests, storage tables, forward sites and last outputs),
-// so the two can take turns within one trace.  What is rare or needs more
-// than bookkeeping stays in Python: an op this function does not handle is
-// handed to OpTracer.record whole (communications, captured ops, tensor
-// subclasses other than Parameter), and so is a digest that is not a small contiguous CPU tensor's
-// CRC-32 (OpTracer._stage_digest).  Loaded by native.py, which builds it.
+// tracer.py's OpTracer.record is the reference: dispatch() does what it does,
+// step for step, on the same Python state (the tracer's records, digests,
+// staged digests, storage tables, forward sites, last outputs and user-frame
+// cache), so the two recorders can take turns within one trace and leave the
+// same one.  What is rare or more than bookkeeping stays in Python: an op
+// with a capture asked for, a collective communication (or any op while one
+// is pending) and an op on a tensor subclass other than Parameter go to
+// OpTracer.record whole; a digest that is not a small contiguous CPU
+// tensor's CRC-32 goes to OpTracer._stage_digest.  Built and loaded by
+// native.py; held to the Python recorder by tests/test_dynamic_native.py.
 //
 // Every Python object here is an owned reference held by Ref, or borrowed
 // from something that outlives its use (the op's arguments, the tracer).
+// Everything runs with the GIL held (a Python mode's dispatch takes it), so
+// the process-wide caches below need no lock.
 
 #include <Python.h>
 #include <frameobject.h>
@@ -65,7 +69,7 @@ class Ref {
   PyObject* object_ = nullptr;
 };
 
-// Set by configure(): constants and helpers of tracer.py, and interned names.
+// tracer.py's constants and helpers, given once by configure().
 struct Constants {
   PyObject* plain_types;  // _PLAIN_ARG_TYPES
   PyObject* parameter_type;  // torch.nn.Parameter
@@ -81,11 +85,12 @@ struct Constants {
 };
 Constants constants;
 
+// The attribute and method names this file reads, interned at import.
 struct Names {
   PyObject *records, *digests, *staged, *tensor_digest, *storage_origin, *forget_at, *forward_sites,
       *last_outputs, *user_frames, *watcher, *observer, *capture_ops, *communications, *pending,
       *allocation_fill, *host_digests, *out_meta, *dispatching, *in_optimizer, *module_stack, *steps,
-      *caller, *user, *find, *f_code_filename, *record, *paused, *bound, *before_op, *after_op, *info, *stage_digest, *forget_dead_storages,
+      *caller, *user, *record, *paused, *bound, *before_op, *after_op, *info, *stage_digest, *forget_dead_storages,
       *fill_allocation, *meta, *flush, *name, *call, *is_allocation, *is_seeded, *is_view, *flat_args,
       *single_result, *untraced, *communicates, *returns_python, *written_args, *unread_args, *name_attr;
 };
@@ -1010,16 +1015,53 @@ PyModuleDef module = {PyModuleDef_HEAD_INIT, "native_record", nullptr, -1, metho
 }  // namespace
 
 PyMODINIT_FUNC PyInit_native_record() {
-  names = Names{intern("records"), intern("digests"), intern("_staged"), intern("_tensor_digest"),
-                intern("_storage_origin"), intern("_forget_at"), intern("_forward_sites"), intern("_last_outputs"),
-                intern("_user_frames"), intern("watcher"), intern("observer"), intern("capture_ops"),
-                intern("communications"), intern("pending"), intern("allocation_fill"), intern("_host_digests"),
-                intern("_out_meta"), intern("dispatching"), intern("in_optimizer"), intern("_module_stack"),
-                intern("steps"), intern("caller"), intern("user"), intern("find"), intern("co_filename"),
-                intern("record"), intern("paused"), intern("_native_state"), intern("before_op"), intern("after_op"), intern("_info"), intern("_stage_digest"), intern("_forget_dead_storages"),
-                intern("_fill_allocation"), intern("_meta"), intern("flush"), intern("name"), intern("call"),
-                intern("is_allocation"), intern("is_seeded"), intern("is_view"), intern("flat_args"),
-                intern("single_result"), intern("untraced"), intern("communicates"), intern("returns_python"),
-                intern("written_args"), intern("unread_args"), intern("__name__")};
+  // the attribute names record() reads, interned once
+  names.records = intern("records");
+  names.digests = intern("digests");
+  names.staged = intern("_staged");
+  names.tensor_digest = intern("_tensor_digest");
+  names.storage_origin = intern("_storage_origin");
+  names.forget_at = intern("_forget_at");
+  names.forward_sites = intern("_forward_sites");
+  names.last_outputs = intern("_last_outputs");
+  names.user_frames = intern("_user_frames");
+  names.watcher = intern("watcher");
+  names.observer = intern("observer");
+  names.capture_ops = intern("capture_ops");
+  names.communications = intern("communications");
+  names.pending = intern("pending");
+  names.allocation_fill = intern("allocation_fill");
+  names.host_digests = intern("_host_digests");
+  names.out_meta = intern("_out_meta");
+  names.dispatching = intern("dispatching");
+  names.in_optimizer = intern("in_optimizer");
+  names.module_stack = intern("_module_stack");
+  names.steps = intern("steps");
+  names.caller = intern("caller");
+  names.user = intern("user");
+  names.record = intern("record");
+  names.paused = intern("paused");
+  names.bound = intern("_native_state");
+  names.before_op = intern("before_op");
+  names.after_op = intern("after_op");
+  names.info = intern("_info");
+  names.stage_digest = intern("_stage_digest");
+  names.forget_dead_storages = intern("_forget_dead_storages");
+  names.fill_allocation = intern("_fill_allocation");
+  names.meta = intern("_meta");
+  names.flush = intern("flush");
+  names.name = intern("name");
+  names.call = intern("call");
+  names.is_allocation = intern("is_allocation");
+  names.is_seeded = intern("is_seeded");
+  names.is_view = intern("is_view");
+  names.flat_args = intern("flat_args");
+  names.single_result = intern("single_result");
+  names.untraced = intern("untraced");
+  names.communicates = intern("communicates");
+  names.returns_python = intern("returns_python");
+  names.written_args = intern("written_args");
+  names.unread_args = intern("unread_args");
+  names.name_attr = intern("__name__");
   return PyModule_Create(&module);
 }
