@@ -233,20 +233,24 @@ struct Tracer {
     return static_cast<bool>(watcher);
   }
 
+  Py_ssize_t table_size() const { return PyDict_GET_SIZE(tensor_digest) + PyDict_GET_SIZE(storage_origin); }
+
+  // bound.forget_at := the tracer's _forget_at
+  bool read_forget_at() {
+    Ref limit(PyObject_GetAttr(self, names.forget_at));
+    if (!limit) return false;
+    bound.forget_at = PyLong_AsSsize_t(limit.get());
+    return !PyErr_Occurred();
+  }
+
   // OpTracer._forget_dead_storages when the tables have grown past _forget_at
+  // (read again first: the Python recorder may have forgotten, and raised it)
   bool forget_if_grown() {
-    Py_ssize_t size = PyDict_GET_SIZE(tensor_digest) + PyDict_GET_SIZE(storage_origin);
-    if (size <= bound.forget_at) return true;
-    for (int pass = 0; pass < 2; ++pass) {
-      Ref limit(PyObject_GetAttr(self, names.forget_at));
-      if (!limit) return false;
-      bound.forget_at = PyLong_AsSsize_t(limit.get());
-      if (bound.forget_at < 0 && PyErr_Occurred()) return false;
-      if (pass == 1 || PyDict_GET_SIZE(tensor_digest) + PyDict_GET_SIZE(storage_origin) <= bound.forget_at) return true;
-      Ref done(PyObject_CallMethodNoArgs(self, names.forget_dead_storages));
-      if (!done) return false;
-    }
-    return true;
+    if (table_size() <= bound.forget_at) return true;
+    if (!read_forget_at()) return false;
+    if (table_size() <= bound.forget_at) return true;
+    Ref done(PyObject_CallMethodNoArgs(self, names.forget_dead_storages));
+    return done && read_forget_at();
   }
 
   // OpTracer._stage_digest, with the CRC-32 of a small contiguous CPU tensor done here.
@@ -297,30 +301,28 @@ struct Tracer {
   }
 };
 
+// A shape or strides as a tuple of ints (equal to, and hashed as, torch.Size).
+PyObject* int_tuple(c10::IntArrayRef values) {
+  Ref tuple(PyTuple_New(values.size()));
+  if (!tuple) return nullptr;
+  for (size_t i = 0; i < values.size(); ++i) {
+    PyObject* value = PyLong_FromLongLong(values[i]);
+    if (!value) return nullptr;
+    PyTuple_SET_ITEM(tuple.get(), i, value);
+  }
+  return untracked(tuple.release());
+}
+
+PyObject* dtype_of(const at::Tensor& tensor) {
+  return reinterpret_cast<PyObject*>(torch::getTHPDtype(tensor.scalar_type()));
+}
+
 // The layout key of OpTracer._input_ref: (id(storage), offset, shape, stride, dtype).
 PyObject* layout_key(PyObject* storage_id, const at::Tensor& tensor) {
-  auto sizes = tensor.sizes();
-  auto strides = tensor.strides();
-  Ref shape(PyTuple_New(sizes.size()));
-  Ref stride(PyTuple_New(strides.size()));
-  if (!shape || !stride) return nullptr;
-  for (size_t i = 0; i < sizes.size(); ++i) {
-    PyObject* size = PyLong_FromLongLong(sizes[i]);
-    PyObject* step = PyLong_FromLongLong(strides[i]);
-    if (!size || !step) {
-      Py_XDECREF(size);
-      Py_XDECREF(step);
-      return nullptr;
-    }
-    PyTuple_SET_ITEM(shape.get(), i, size);
-    PyTuple_SET_ITEM(stride.get(), i, step);
-  }
+  Ref shape(int_tuple(tensor.sizes())), stride(int_tuple(tensor.strides()));
   Ref offset(PyLong_FromLongLong(tensor.storage_offset()));
-  if (!offset) return nullptr;
-  PyObject* dtype = reinterpret_cast<PyObject*>(torch::getTHPDtype(tensor.scalar_type()));
-  untracked(shape.get());
-  untracked(stride.get());
-  return untracked(PyTuple_Pack(5, storage_id, offset.get(), shape.get(), stride.get(), dtype));
+  if (!shape || !stride || !offset) return nullptr;
+  return untracked(PyTuple_Pack(5, storage_id, offset.get(), shape.get(), stride.get(), dtype_of(tensor)));
 }
 
 // A tensor's storage as Python sees it (the one object per storage torch keeps), or null.
@@ -586,15 +588,8 @@ PyObject* plain(PyObject* value) {
 PyObject* meta(Tracer& tracer, PyObject* value) {
   if (!is_tensor(value)) return PyObject_CallOneArg(constants.result_meta, value);
   const at::Tensor& tensor = THPVariable_Unpack(value);
-  auto sizes = tensor.sizes();
-  Ref shape(PyTuple_New(sizes.size()));
-  if (!shape) return nullptr;
-  for (size_t i = 0; i < sizes.size(); ++i) {
-    PyObject* size = PyLong_FromLongLong(sizes[i]);
-    if (!size) return nullptr;
-    PyTuple_SET_ITEM(shape.get(), i, size);
-  }
-  Ref key((PyTuple_Pack(2, reinterpret_cast<PyObject*>(torch::getTHPDtype(tensor.scalar_type())), (shape.get()))));
+  Ref shape(int_tuple(tensor.sizes()));
+  Ref key(shape ? PyTuple_Pack(2, dtype_of(tensor), shape.get()) : nullptr);
   if (!key) return nullptr;
   PyObject* known = PyDict_GetItemWithError(tracer.out_meta, key.get());
   if (known) return Ref::borrow(known).release();
