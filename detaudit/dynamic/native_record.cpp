@@ -28,6 +28,7 @@
 
 #include <dlfcn.h>
 
+#include <algorithm>
 #include <cstring>
 #include <memory>
 
@@ -81,7 +82,7 @@ struct Constants {
   PyObject *forward, *backward, *optimizer;  // phases
   PyObject *produced, *allocated, *external;  // leaf kinds
   PyObject *empty_str, *zero, *one, *uninit, *unread;
-  Py_ssize_t crc_max_bytes, stage_limit;
+  Py_ssize_t crc_max_bytes, stage_limit, min_forget_at;
 };
 Constants constants;
 
@@ -90,7 +91,7 @@ struct Names {
   PyObject *records, *digests, *staged, *tensor_digest, *storage_origin, *forget_at, *forward_sites,
       *last_outputs, *user_frames, *watcher, *observer, *capture_ops, *communications, *pending,
       *allocation_fill, *host_digests, *out_meta, *dispatching, *in_optimizer, *module_stack, *steps,
-      *caller, *user, *record, *paused, *bound, *before_op, *after_op, *info, *stage_digest, *forget_dead_storages,
+      *caller, *user, *record, *paused, *bound, *before_op, *after_op, *info, *stage_digest,
       *fill_allocation, *meta, *flush, *name, *call, *is_allocation, *is_seeded, *is_view, *flat_args,
       *single_result, *untraced, *communicates, *returns_python, *written_args, *unread_args, *name_attr;
 };
@@ -194,13 +195,23 @@ Crc32Function find_zlib_crc32() {
   return reinterpret_cast<Crc32Function>(library ? dlsym(library, "crc32") : nullptr);
 }
 
-PyObject* crc32_of(const void* data, Py_ssize_t size) {
+// *crc := zlib.crc32(data, *crc): CRC-32 continues over consecutive pieces
+bool crc32_update(const void* data, Py_ssize_t size, unsigned long* crc) {
   if (zlib_crc32 != nullptr && size <= 0x7fffffff) {
-    return PyLong_FromUnsignedLong(zlib_crc32(0, static_cast<const unsigned char*>(data), static_cast<unsigned int>(size)));
+    *crc = zlib_crc32(*crc, static_cast<const unsigned char*>(data), static_cast<unsigned int>(size));
+    return true;
   }
   Ref view(PyMemoryView_FromMemory(static_cast<char*>(const_cast<void*>(data)), size, PyBUF_READ));
-  if (!view) return nullptr;
-  return PyObject_CallOneArg(constants.crc32, view.get());
+  Ref start(PyLong_FromUnsignedLong(*crc));
+  Ref result(view && start ? PyObject_CallFunctionObjArgs(constants.crc32, view.get(), start.get(), nullptr) : nullptr);
+  if (!result) return false;
+  *crc = PyLong_AsUnsignedLong(result.get());
+  return !PyErr_Occurred();
+}
+
+PyObject* crc32_of(const void* data, Py_ssize_t size) {
+  unsigned long crc = 0;
+  return crc32_update(data, size, &crc) ? PyLong_FromUnsignedLong(crc) : nullptr;
 }
 
 // What a tracer never replaces while it lives (OpTracer.__init__ makes
@@ -249,8 +260,28 @@ struct Tracer {
     if (table_size() <= bound.forget_at) return true;
     if (!read_forget_at()) return false;
     if (table_size() <= bound.forget_at) return true;
-    Ref done(PyObject_CallMethodNoArgs(self, names.forget_dead_storages));
-    return done && read_forget_at();
+    return forget_dead_storages();
+  }
+
+  // OpTracer._forget_dead_storages: drop the entries of freed storages (an
+  // entry's first item is a weak reference to its storage), then set
+  // _forget_at to twice what is left
+  bool forget_dead_storages() {
+    for (PyObject* table : {tensor_digest, storage_origin}) {
+      std::vector<Ref> dead;
+      PyObject *key, *entry;
+      Py_ssize_t position = 0;
+      while (PyDict_Next(table, &position, &key, &entry)) {
+        if (PyWeakref_GetObject(PyTuple_GET_ITEM(entry, 0)) == Py_None) dead.push_back(Ref::borrow(key));
+      }
+      for (const Ref& gone : dead) {
+        if (PyDict_DelItem(table, gone.get()) < 0) return false;
+      }
+    }
+    Ref limit(PyLong_FromSsize_t(std::max(constants.min_forget_at, 2 * table_size())));
+    if (!limit || PyObject_SetAttr(self, names.forget_at, limit.get()) < 0) return false;
+    bound.forget_at = PyLong_AsSsize_t(limit.get());
+    return true;
   }
 
   // OpTracer._stage_digest, with the CRC-32 of a small contiguous CPU tensor done here.
@@ -317,12 +348,29 @@ PyObject* dtype_of(const at::Tensor& tensor) {
   return reinterpret_cast<PyObject*>(torch::getTHPDtype(tensor.scalar_type()));
 }
 
-// The layout key of OpTracer._input_ref: (id(storage), offset, shape, stride, dtype).
+// tracer._layout_key: (id(storage), offset, dtype, *sizes, *strides).
 PyObject* layout_key(PyObject* storage_id, const at::Tensor& tensor) {
-  Ref shape(int_tuple(tensor.sizes())), stride(int_tuple(tensor.strides()));
-  Ref offset(PyLong_FromLongLong(tensor.storage_offset()));
-  if (!shape || !stride || !offset) return nullptr;
-  return untracked(PyTuple_Pack(5, storage_id, offset.get(), shape.get(), stride.get(), dtype_of(tensor)));
+  c10::IntArrayRef sizes = tensor.sizes(), strides = tensor.strides();
+  Py_ssize_t dimensions = static_cast<Py_ssize_t>(sizes.size());
+  Ref key(PyTuple_New(3 + 2 * dimensions));
+  if (!key) return nullptr;
+  PyObject* dtype = dtype_of(tensor);
+  Py_INCREF(storage_id);
+  Py_INCREF(dtype);
+  PyTuple_SET_ITEM(key.get(), 0, storage_id);
+  PyTuple_SET_ITEM(key.get(), 2, dtype);
+  PyObject* offset = PyLong_FromLongLong(tensor.storage_offset());
+  if (!offset) return nullptr;
+  PyTuple_SET_ITEM(key.get(), 1, offset);
+  for (Py_ssize_t i = 0; i < dimensions; ++i) {
+    PyObject* size = PyLong_FromLongLong(sizes[i]);
+    if (!size) return nullptr;
+    PyTuple_SET_ITEM(key.get(), 3 + i, size);
+    PyObject* stride = PyLong_FromLongLong(strides[i]);
+    if (!stride) return nullptr;
+    PyTuple_SET_ITEM(key.get(), 3 + dimensions + i, stride);
+  }
+  return untracked(key.release());
 }
 
 // A tensor's storage as Python sees it (the one object per storage torch keeps), or null.
@@ -553,31 +601,45 @@ PyObject* site_of(Tracer& tracer, PyObject* caller) {
   return untracked(PyTuple_Pack(4, phase, reinterpret_cast<PyCodeObject*>(code.get())->co_filename, line.get(), module.get()));
 }
 
-// repr() of floats, remembered by their bits: a float's repr is a shortest
-// round-trip conversion, the costliest part of an optimizer op's record
-// (its learning rate, betas, eps).  Emptied when full.
-std::unordered_map<uint64_t, PyObject*> float_reprs;
-const size_t FLOAT_CACHE_SIZE = 4096;
+// repr() of floats and ints, remembered by their 64 bits: a float's repr is
+// a shortest round-trip conversion, the costliest part of an optimizer op's
+// record (its learning rate, betas, eps), and the same few ints (dimensions,
+// flags) come back op after op.  Emptied when full.
+struct ReprCache {
+  std::unordered_map<uint64_t, PyObject*> texts;  // held
 
-PyObject* float_repr(PyObject* value) {
-  double number = PyFloat_AS_DOUBLE(value);
-  uint64_t bits;
-  std::memcpy(&bits, &number, sizeof bits);
-  auto found = float_reprs.find(bits);
-  if (found != float_reprs.end()) return Ref::borrow(found->second).release();
-  PyObject* text = PyObject_Repr(value);
-  if (!text) return nullptr;
-  if (float_reprs.size() >= FLOAT_CACHE_SIZE) {
-    for (auto& entry : float_reprs) Py_DECREF(entry.second);
-    float_reprs.clear();
+  PyObject* repr(uint64_t bits, PyObject* value) {
+    auto found = texts.find(bits);
+    if (found != texts.end()) return Ref::borrow(found->second).release();
+    PyObject* text = PyObject_Repr(value);
+    if (!text) return nullptr;
+    if (texts.size() >= REPR_CACHE_SIZE) {
+      for (auto& entry : texts) Py_DECREF(entry.second);
+      texts.clear();
+    }
+    texts.emplace(bits, Ref::borrow(text).release());
+    return text;
   }
-  float_reprs.emplace(bits, Ref::borrow(text).release());
-  return text;
-}
+  static const size_t REPR_CACHE_SIZE = 4096;
+};
+ReprCache float_reprs, int_reprs;
 
 // OpTracer's _plain: a non-tensor argument as text equal across processes.
 PyObject* plain(PyObject* value) {
-  if (PyFloat_CheckExact(value)) return float_repr(value);
+  if (PyFloat_CheckExact(value)) {
+    double number = PyFloat_AS_DOUBLE(value);
+    uint64_t bits;
+    std::memcpy(&bits, &number, sizeof bits);
+    return float_reprs.repr(bits, value);
+  }
+  if (PyLong_CheckExact(value)) {
+    int overflow;
+    long long number = PyLong_AsLongLongAndOverflow(value, &overflow);
+    if (!overflow && !(number == -1 && PyErr_Occurred())) return int_reprs.repr(static_cast<uint64_t>(number), value);
+    PyErr_Clear();
+    return PyObject_Repr(value);
+  }
+  if (PyBool_Check(value) || value == Py_None) return PyObject_Repr(value);  // (their reprs are interned)
   int is_plain = PyObject_IsInstance(value, constants.plain_types);
   if (is_plain < 0) return nullptr;
   if (is_plain) return PyObject_Repr(value);
@@ -696,7 +758,9 @@ PyObject* record_op(const Bound& bound, PyObject* func, PyObject* args, PyObject
 
   Refs inputs, leaves;
   Objects input_tensors;  // borrowed, in input order
-  Refs plain_args;
+  // the CRC-32 of the non-tensor arguments' texts joined by \x1f, taken piece by piece
+  unsigned long args_crc = 0;
+  bool any_plain = false;
   PyObject* view_of = nullptr;
   Ref view_of_id;
   for (PyObject* value : flat_args) {
@@ -717,8 +781,11 @@ PyObject* record_op(const Bound& bound, PyObject* func, PyObject* args, PyObject
       input_tensors.push_back(value);
     } else {
       Ref text(plain(value));
-      if (!text) return nullptr;
-      plain_args.push_back(std::move(text));
+      Py_ssize_t size;
+      const char* bytes = text ? PyUnicode_AsUTF8AndSize(text.get(), &size) : nullptr;
+      if (!bytes || (any_plain && !crc32_update("\x1f", 1, &args_crc)) || !crc32_update(bytes, size, &args_crc))
+        return nullptr;
+      any_plain = true;
     }
   }
   if (!info.unread_args.empty()) {  // OpTracer's _mark_unread
@@ -848,19 +915,8 @@ PyObject* record_op(const Bound& bound, PyObject* func, PyObject* args, PyObject
     out_meta.push_back(std::move(text));
   }
 
-  Ref args_digest;
-  if (plain_args.empty()) {
-    args_digest = Ref::borrow(constants.zero);
-  } else {
-    Ref separator(PyUnicode_FromString("\x1f"));
-    Ref items(pack(plain_args));
-    Ref joined(separator && items ? PyUnicode_Join(separator.get(), items.get()) : nullptr);
-    Py_ssize_t size;
-    const char* text = joined ? PyUnicode_AsUTF8AndSize(joined.get(), &size) : nullptr;
-    if (!text) return nullptr;
-    args_digest = Ref(crc32_of(text, size));
-    if (!args_digest) return nullptr;
-  }
+  Ref args_digest(PyLong_FromUnsignedLong(args_crc));
+  if (!args_digest) return nullptr;
   Ref step;
   if (tracer.watcher.get() == Py_None) {
     step = Ref::borrow(constants.one);
@@ -984,8 +1040,10 @@ PyObject* configure(PyObject*, PyObject* given) {
       !(c.allocated = item("allocated")) || !(c.external = item("external")) || !(c.uninit = item("uninit")) ||
       !(c.unread = item("unread")))
     return nullptr;
-  Ref crc_max(item("crc_max_bytes")), stage_limit(item("stage_limit")), resumable(item("resumable_code"));
-  if (!crc_max || !stage_limit || !resumable) return nullptr;
+  Ref crc_max(item("crc_max_bytes")), stage_limit(item("stage_limit")), resumable(item("resumable_code")),
+      min_forget_at(item("min_forget_at"));
+  if (!crc_max || !stage_limit || !resumable || !min_forget_at) return nullptr;
+  c.min_forget_at = PyLong_AsSsize_t(min_forget_at.get());
   c.resumable_code = PyLong_AsLong(resumable.get());
   c.crc_max_bytes = PyLong_AsSsize_t(crc_max.get());
   c.stage_limit = PyLong_AsSsize_t(stage_limit.get());
@@ -1041,7 +1099,6 @@ PyMODINIT_FUNC PyInit_native_record() {
   names.after_op = intern("after_op");
   names.info = intern("_info");
   names.stage_digest = intern("_stage_digest");
-  names.forget_dead_storages = intern("_forget_dead_storages");
   names.fill_allocation = intern("_fill_allocation");
   names.meta = intern("_meta");
   names.flush = intern("flush");

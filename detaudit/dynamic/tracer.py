@@ -192,6 +192,15 @@ def _flatten_tensors(value, into: list) -> list:
     return into
 
 
+def _layout_key(storage, tensor: torch.Tensor) -> tuple:
+    """What a tensor's bytes are, as the storage tables key them: its
+    storage, offset and dtype, then its sizes and strides, in one flat tuple
+    (equal lengths: the dimension count needs no field of its own).  Flat,
+    because a tuple of plain items hashes and compares at a fraction of the
+    cost of nested ones."""
+    return (id(storage), tensor.storage_offset(), tensor.dtype, *tensor.shape, *tensor.stride())
+
+
 def _is_tensor_or_none(value) -> bool:
     return value is None or isinstance(value, torch.Tensor)
 
@@ -422,7 +431,7 @@ def native_constants() -> dict:
         "plain_types": _PLAIN_ARG_TYPES, "parameter_type": torch.nn.Parameter, "crc32": zlib.crc32,
         "result_meta": _result_meta, "forward": FORWARD, "backward": BACKWARD, "optimizer": OPTIMIZER,
         "produced": PRODUCED, "allocated": ALLOCATED, "external": EXTERNAL, "uninit": UNINIT, "unread": UNREAD,
-        "crc_max_bytes": _CRC_MAX_BYTES, "stage_limit": _STAGE_LIMIT,
+        "crc_max_bytes": _CRC_MAX_BYTES, "stage_limit": _STAGE_LIMIT, "min_forget_at": _MIN_FORGET_AT,
         "user_files": watch._USER_FILES, "is_user_file": watch.is_user_file, "resumable_code": _RESUMABLE_CODE,
     }
 
@@ -465,6 +474,7 @@ class OpTracer:
         self.records: list[tuple] = []  # OpRecord fields as plain tuples (see record())
         self.digests: list[int] = []  # host digests; a digest id indexes this list once flushed
         self._staged: list[torch.Tensor | int] = []
+        self._staged_on_device: list[int] = []  # positions in _staged of the digests that wait on a device
         self._tensor_digest: dict[tuple, tuple] = {}  # layout key -> (storage ref, version, digest id)
         # id(storage) -> (storage ref, (PRODUCED, ALLOCATED or EXTERNAL, record index))
         self._storage_origin: dict[int, tuple] = {}
@@ -765,9 +775,12 @@ class OpTracer:
     def _stage_digest(self, tensor: torch.Tensor) -> int:
         digest_id = len(self.digests) + len(self._staged)
         try:
-            self._staged.append(
-                host_digest(tensor) if tensor.is_cpu and self._host_digests else self._device_digest(tensor)
-            )
+            if tensor.is_cpu and self._host_digests:
+                self._staged.append(host_digest(tensor))
+            else:
+                digest = self._device_digest(tensor)
+                self._staged_on_device.append(len(self._staged))
+                self._staged.append(digest)
         except (RuntimeError, TypeError, KeyError, NotImplementedError):  # sparse, meta, exotic: shape only
             self._staged.append(zlib.crc32(f"{tensor.dtype}{list(tensor.shape)}".encode()))
         return digest_id
@@ -789,17 +802,18 @@ class OpTracer:
         """Copy the staged digests to the host: one transfer per device."""
         if not self._staged:
             return
-        staged = self._staged[:]
-        self._staged.clear()  # in place: the compiled recorder holds this list
-        values: list = list(staged)
+        values = self._staged[:]
+        on_device = self._staged_on_device[:]
+        # in place: the compiled recorder holds these lists
+        self._staged.clear()
+        self._staged_on_device.clear()
         by_device: dict[torch.device, list[int]] = {}
-        for position, digest in enumerate(staged):
-            if isinstance(digest, torch.Tensor):
-                by_device.setdefault(digest.device, []).append(position)
+        for position in on_device:
+            by_device.setdefault(values[position].device, []).append(position)
         paused, self.paused = self.paused, True
         try:
             for positions in by_device.values():
-                host = torch.stack([staged[p] for p in positions]).cpu().tolist()
+                host = torch.stack([values[p] for p in positions]).cpu().tolist()
                 for position, value in zip(positions, host):
                     values[position] = value
             self.digests.extend(values)
@@ -824,9 +838,7 @@ class OpTracer:
             storage = tensor.untyped_storage()
         except (RuntimeError, NotImplementedError):
             return self._stage_digest(tensor), (EXTERNAL, record_index)
-        # the layout key, spelled out here and in _output_ref: each tensor
-        # attribute read costs a C call, the hot path's main cost
-        key = (id(storage), tensor.storage_offset(), tensor.shape, tensor.stride(), tensor.dtype)
+        key = _layout_key(storage, tensor)
         known = self._tensor_digest.get(key)
         version = tensor._version
         if known is not None and known[0]() is storage and version in known[1]:
@@ -884,10 +896,9 @@ class OpTracer:
             # (A view gets its input's version counter above this mode, after
             # it returns: here it still has a fresh one.)
             if view_of is not None and tensor.numel() >= view_of[0].numel():
-                key = (id(storage), tensor.storage_offset(), tensor.shape, tensor.stride(), tensor.dtype)
-                self._remember(key, storage, view_of[0]._version, view_of[1])
+                self._remember(_layout_key(storage, tensor), storage, view_of[0]._version, view_of[1])
             return None
-        key = (id(storage), tensor.storage_offset(), tensor.shape, tensor.stride(), tensor.dtype)
+        key = _layout_key(storage, tensor)
         if info.is_allocation:
             self._storage_origin[id(storage)] = (weakref.ref(storage), (ALLOCATED, record_index))
             self._remember(key, storage, tensor._version, UNINIT)
