@@ -195,13 +195,14 @@ def test_the_compiled_recorder_leaves_the_python_recorders_trace(workload):
 
 
 def noisy_digests(workload: str, python: OpTracer) -> frozenset:
-    """The digests that differ between two Python-recorded runs: the LSTM's
-    workspace ends in padding oneDNN never writes (read by no op, so no
-    difference of the run), and nothing else."""
+    """The digests of bytes no kernel wrote: the LSTM's workspaces, which end
+    in padding oneDNN never writes (read by no op as data, so no difference of
+    the run), and nothing else.  Whether two runs' padding happens to match is
+    the allocator's luck: a second Python-recorded run may differ there, and
+    nowhere else."""
+    noisy = frozenset(record[9][-1] for record in python.records if record[0] == "aten.mkldnn_rnn_layer.default")
     again, _ = traced_run(workload, compiled=False)
-    noisy = frozenset(i for i, (a, b) in enumerate(zip(python.digests, again.digests)) if a != b)
-    if workload != "lstm-sgd":
-        assert not noisy
+    assert {i for i, (a, b) in enumerate(zip(python.digests, again.digests)) if a != b} <= noisy
     return noisy
 
 

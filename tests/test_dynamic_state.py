@@ -133,4 +133,4 @@ def test_tracer_forgets_freed_storages_and_restores_the_garbage_collector():
             values = values + 1  # a new storage per op; the previous one is freed
     assert gc.get_freeze_count() == 0
     assert len(tracer.records) == 6000
-    assert len(tracer._tensor_digest) + len(tracer._storage_origin) <= 2 * 4096  # not one entry per op
+    assert len(tracer.tables) <= 2 * 4096  # not one entry per op

@@ -82,13 +82,15 @@ struct Constants {
   PyObject *forward, *backward, *optimizer;  // phases
   PyObject *produced, *allocated, *external;  // leaf kinds
   PyObject *empty_str, *zero, *one, *uninit, *unread;
-  Py_ssize_t crc_max_bytes, stage_limit, min_forget_at;
+  int64_t uninit_id;  // uninit's value
+  Py_ssize_t crc_max_bytes, stage_limit;
+  size_t min_forget_at;  // storage_tables.MIN_FORGET_AT
 };
 Constants constants;
 
 // The attribute and method names this file reads, interned at import.
 struct Names {
-  PyObject *records, *digests, *staged, *tensor_digest, *storage_origin, *forget_at, *forward_sites,
+  PyObject *records, *digests, *staged, *tables, *forward_sites,
       *last_outputs, *user_frames, *watcher, *observer, *capture_ops, *communications, *pending,
       *allocation_fill, *host_digests, *out_meta, *dispatching, *in_optimizer, *module_stack, *steps,
       *caller, *user, *record, *paused, *bound, *before_op, *after_op, *info, *stage_digest,
@@ -214,125 +216,200 @@ PyObject* crc32_of(const void* data, Py_ssize_t size) {
   return crc32_update(data, size, &crc) ? PyLong_FromUnsignedLong(crc) : nullptr;
 }
 
+// storage_tables.StorageTables, compiled: the same two tables, keyed by the
+// C++ storage object and holding plain numbers, so that neither a lookup nor
+// an entry makes a Python object.  A storage is held by a weak pointer: it
+// keeps the StorageImpl object (not its bytes) from being freed, so while an
+// entry names an address no other storage can take it, and an entry whose
+// storage died (expired) never matches again.
+using WeakStorage = c10::weak_intrusive_ptr<c10::StorageImpl>;
+
+// The tensor's storage; null for a layout without one, or whose storage may not be touched.
+const c10::Storage* storage_of(const at::Tensor& tensor) {
+  if (!tensor.has_storage()) return nullptr;
+  try {
+    return &tensor.storage();
+  } catch (const c10::Error&) {  // (functional and other wrapper tensors forbid it)
+    return nullptr;
+  }
+}
+
+// storage_tables._layout_key: the storage, offset and dtype, then the sizes and strides.
+struct LayoutKey {
+  const c10::StorageImpl* storage;
+  int64_t offset;
+  c10::ScalarType dtype;
+  c10::SmallVector<int64_t, 8> sizes_and_strides;
+
+  LayoutKey(const c10::Storage& of, const at::Tensor& tensor)
+      : storage(of.unsafeGetStorageImpl()), offset(tensor.storage_offset()), dtype(tensor.scalar_type()) {
+    sizes_and_strides.append(tensor.sizes().begin(), tensor.sizes().end());
+    sizes_and_strides.append(tensor.strides().begin(), tensor.strides().end());
+  }
+  bool operator==(const LayoutKey& other) const {
+    return storage == other.storage && offset == other.offset && dtype == other.dtype &&
+           sizes_and_strides == other.sizes_and_strides;
+  }
+};
+struct LayoutKeyHash {
+  size_t operator()(const LayoutKey& key) const {
+    uint64_t hash = reinterpret_cast<uintptr_t>(key.storage);
+    auto mix = [&hash](uint64_t value) { hash = ((hash ^ value) * 0x100000001B3ull) ^ (hash >> 29); };
+    mix(static_cast<uint64_t>(key.offset));
+    mix(static_cast<uint64_t>(key.dtype));
+    for (int64_t value : key.sizes_and_strides) mix(static_cast<uint64_t>(value));
+    return hash;
+  }
+};
+
+class StorageTables {
+ public:
+  // The digest id of the tensor's bytes at its current version, if known.
+  bool known(const at::Tensor& tensor, int64_t* digest_id) const {
+    const c10::Storage* storage = storage_of(tensor);
+    if (storage == nullptr) return false;
+    auto found = digests_.find(LayoutKey(*storage, tensor));
+    if (found == digests_.end() || !holds(found->second.storage, *storage)) return false;
+    int64_t version = tensor._version();
+    if (version < found->second.first_version || version > found->second.last_version) return false;
+    *digest_id = found->second.digest_id;
+    return true;
+  }
+
+  // (kind, record index) of where the storage's contents came from; a storage no traced op made is external from here on.
+  std::pair<PyObject*, int64_t> origin(const at::Tensor& tensor, int64_t record_index) {
+    const c10::Storage* storage = storage_of(tensor);
+    if (storage == nullptr) return {constants.external, record_index};
+    auto found = origins_.find(storage->unsafeGetStorageImpl());
+    if (found != origins_.end() && holds(found->second.storage, *storage)) return {found->second.kind, found->second.record_index};
+    set_origin(*storage, constants.external, record_index);
+    return {constants.external, record_index};
+  }
+
+  // An allocation op made the tensor: its bytes are uninitialized.
+  void allocated(const at::Tensor& tensor, int64_t record_index) {
+    const c10::Storage* storage = storage_of(tensor);
+    if (storage == nullptr) return;
+    set_origin(*storage, constants.allocated, record_index);
+    remember(tensor, tensor._version(), constants.uninit_id, false);
+  }
+
+  // An op wrote the tensor's bytes; a write to part of a storage leaves the rest's known origin.
+  void produced(const at::Tensor& tensor, int64_t record_index, bool written) {
+    const c10::Storage* storage = storage_of(tensor);
+    if (storage == nullptr) return;
+    if (written && tensor.nbytes() < storage->nbytes()) {
+      auto found = origins_.find(storage->unsafeGetStorageImpl());
+      if (found != origins_.end() && holds(found->second.storage, *storage)) return;
+    }
+    set_origin(*storage, constants.produced, record_index);
+  }
+
+  // Readers of the tensor's bytes at version (and the next, when written in place) read digest_id.
+  void remember(const at::Tensor& tensor, int64_t version, int64_t digest_id, bool written) {
+    const c10::Storage* storage = storage_of(tensor);
+    if (storage == nullptr) return;
+    digests_.insert_or_assign(LayoutKey(*storage, tensor),
+                              DigestEntry{storage->getWeakStorageImpl(), version, version + written, digest_id});
+    if (size() > forget_at_) forget_dead_storages();
+  }
+
+  size_t size() const { return digests_.size() + origins_.size(); }
+
+ private:
+  struct DigestEntry {
+    WeakStorage storage;
+    int64_t first_version, last_version, digest_id;
+  };
+  struct OriginEntry {
+    WeakStorage storage;
+    PyObject* kind;  // constants.produced, allocated or external
+    int64_t record_index;
+  };
+
+  static bool holds(const WeakStorage& entry, const c10::Storage& storage) {
+    return entry._unsafe_get_target() == storage.unsafeGetStorageImpl() && !entry.expired();
+  }
+
+  void set_origin(const c10::Storage& storage, PyObject* kind, int64_t record_index) {
+    origins_.insert_or_assign(storage.unsafeGetStorageImpl(), OriginEntry{storage.getWeakStorageImpl(), kind, record_index});
+  }
+
+  void forget_dead_storages() {
+    for (auto entry = digests_.begin(); entry != digests_.end();) {
+      entry = entry->second.storage.expired() ? digests_.erase(entry) : std::next(entry);
+    }
+    for (auto entry = origins_.begin(); entry != origins_.end();) {
+      entry = entry->second.storage.expired() ? origins_.erase(entry) : std::next(entry);
+    }
+    forget_at_ = std::max(constants.min_forget_at, 2 * size());
+  }
+
+  std::unordered_map<LayoutKey, DigestEntry, LayoutKeyHash> digests_;
+  std::unordered_map<const c10::StorageImpl*, OriginEntry> origins_;
+  size_t forget_at_ = constants.min_forget_at;
+};
+
+// The Python object: native_record.StorageTables(), with storage_tables.StorageTables' methods.
+struct TablesObject {
+  PyObject_HEAD
+  StorageTables* tables;
+};
+PyTypeObject* tables_type = nullptr;
+
+PyObject* origin_tuple(std::pair<PyObject*, int64_t> origin) {
+  Ref record_index(PyLong_FromLongLong(origin.second));
+  return record_index ? untracked(PyTuple_Pack(2, origin.first, record_index.get())) : nullptr;
+}
+
 // What a tracer never replaces while it lives (OpTracer.__init__ makes
 // them): read once, when its mode is made (bind), and kept by the mode.
 struct Bound {
   PyObject* tracer;  // borrowed: the mode that keeps this holds the tracer
-  Ref records, digests, staged, tensor_digest, storage_origin, forward_sites, out_meta, capture_ops, pending, user_frames;
+  Ref records, digests, staged, forward_sites, out_meta, capture_ops, pending, user_frames;
+  Ref tables;  // the tracer's compiled StorageTables
   bool host_digests = true;
-  mutable Py_ssize_t forget_at = 0;  // the tracer's _forget_at as last read (it only grows)
 };
 const char* const BOUND_NAME = "detaudit.native_record.Bound";
 
-// The tracer's state for one op: the bound part, and what flush and the
-// forgetting of dead storages replace, read afresh.
+// The tracer's state for one op.
 struct Tracer {
   const Bound& bound;
   PyObject* self;
-  PyObject *records, *digests, *staged, *tensor_digest, *storage_origin, *forward_sites, *out_meta;  // bound's
+  PyObject *records, *digests, *staged, *forward_sites, *out_meta;  // bound's
+  StorageTables& tables;
   Ref watcher;  // attached after the mode is made
   bool host_digests;
 
   explicit Tracer(const Bound& state)
       : bound(state), self(state.tracer), records(state.records.get()), digests(state.digests.get()),
-        staged(state.staged.get()), tensor_digest(state.tensor_digest.get()),
-        storage_origin(state.storage_origin.get()), forward_sites(state.forward_sites.get()),
-        out_meta(state.out_meta.get()), host_digests(state.host_digests) {}
+        staged(state.staged.get()), forward_sites(state.forward_sites.get()), out_meta(state.out_meta.get()),
+        tables(*reinterpret_cast<TablesObject*>(state.tables.get())->tables), host_digests(state.host_digests) {}
 
   bool load() {
     watcher = Ref(PyObject_GetAttr(self, names.watcher));
     return static_cast<bool>(watcher);
   }
 
-  Py_ssize_t table_size() const { return PyDict_GET_SIZE(tensor_digest) + PyDict_GET_SIZE(storage_origin); }
-
-  // bound.forget_at := the tracer's _forget_at
-  bool read_forget_at() {
-    Ref limit(PyObject_GetAttr(self, names.forget_at));
-    if (!limit) return false;
-    bound.forget_at = PyLong_AsSsize_t(limit.get());
-    return !PyErr_Occurred();
-  }
-
-  // OpTracer._forget_dead_storages when the tables have grown past _forget_at
-  // (read again first: the Python recorder may have forgotten, and raised it)
-  bool forget_if_grown() {
-    if (table_size() <= bound.forget_at) return true;
-    if (!read_forget_at()) return false;
-    if (table_size() <= bound.forget_at) return true;
-    return forget_dead_storages();
-  }
-
-  // OpTracer._forget_dead_storages: drop the entries of freed storages (an
-  // entry's first item is a weak reference to its storage), then set
-  // _forget_at to twice what is left
-  bool forget_dead_storages() {
-    for (PyObject* table : {tensor_digest, storage_origin}) {
-      std::vector<Ref> dead;
-      PyObject *key, *entry;
-      Py_ssize_t position = 0;
-      while (PyDict_Next(table, &position, &key, &entry)) {
-        if (PyWeakref_GetObject(PyTuple_GET_ITEM(entry, 0)) == Py_None) dead.push_back(Ref::borrow(key));
-      }
-      for (const Ref& gone : dead) {
-        if (PyDict_DelItem(table, gone.get()) < 0) return false;
-      }
-    }
-    Ref limit(PyLong_FromSsize_t(std::max(constants.min_forget_at, 2 * table_size())));
-    if (!limit || PyObject_SetAttr(self, names.forget_at, limit.get()) < 0) return false;
-    bound.forget_at = PyLong_AsSsize_t(limit.get());
-    return true;
-  }
-
-  // OpTracer._stage_digest, with the CRC-32 of a small contiguous CPU tensor done here.
-  PyObject* stage_digest(PyObject* object, const at::Tensor& tensor) {
+  // OpTracer._stage_digest, with the CRC-32 of a small contiguous CPU tensor
+  // done here: the digest id into *digest_id, and as a new reference
+  PyObject* stage_digest(PyObject* object, const at::Tensor& tensor, int64_t* digest_id) {
     if (host_digests && tensor.is_cpu() && tensor.layout() == c10::kStrided && tensor.is_contiguous() &&
         static_cast<Py_ssize_t>(tensor.nbytes()) < constants.crc_max_bytes && !tensor.is_conj() &&
         !tensor.is_neg()) {
       Ref digest(tensor.nbytes() ? crc32_of(tensor.const_data_ptr(), tensor.nbytes()) : Ref::borrow(constants.zero).release());
       if (!digest) return nullptr;
-      Py_ssize_t digest_id = PyList_GET_SIZE(digests) + PyList_GET_SIZE(staged);
+      *digest_id = PyList_GET_SIZE(digests) + PyList_GET_SIZE(staged);
       if (PyList_Append(staged, digest.get()) < 0) return nullptr;
-      return PyLong_FromSsize_t(digest_id);
+      return PyLong_FromLongLong(*digest_id);
     }
-    return PyObject_CallMethodOneArg(self, names.stage_digest, object);
-  }
-
-  // OpTracer._origin
-  PyObject* origin(PyObject* storage, PyObject* storage_id, PyObject* record_index) {
-    PyObject* entry = PyDict_GetItemWithError(storage_origin, storage_id);
-    if (entry) {
-      if (PyWeakref_GetObject(PyTuple_GET_ITEM(entry, 0)) == storage) return Ref::borrow(PyTuple_GET_ITEM(entry, 1)).release();
-    } else if (PyErr_Occurred()) {
-      return nullptr;
-    }
-    Ref origin(untracked(PyTuple_Pack(2, constants.external, record_index)));
-    if (!origin || !set_origin(storage, storage_id, origin.get())) return nullptr;
-    return origin.release();
-  }
-
-  bool set_origin(PyObject* storage, PyObject* storage_id, PyObject* origin) {
-    Ref reference(PyWeakref_NewRef(storage, nullptr));
-    if (!reference) return false;
-    Ref entry(PyTuple_Pack(2, reference.get(), origin));
-    return entry && PyDict_SetItem(storage_origin, storage_id, entry.get()) == 0;
-  }
-
-  // OpTracer._remember
-  bool remember(PyObject* key, PyObject* storage, int64_t version, PyObject* digest_id, bool written) {
-    Ref reference(PyWeakref_NewRef(storage, nullptr));
-    Ref first(PyLong_FromLongLong(version));
-    Ref second(written ? PyLong_FromLongLong(version + 1) : nullptr);
-    if (!first || (written && !second)) return false;
-    Ref versions(untracked(written ? PyTuple_Pack(2, first.get(), second.get()) : PyTuple_Pack(1, first.get())));
-    if (!reference || !versions) return false;
-    Ref entry(PyTuple_Pack(3, reference.get(), versions.get(), digest_id));
-    if (!entry || PyDict_SetItem(tensor_digest, key, entry.get()) < 0) return false;
-    return forget_if_grown();
+    PyObject* staged_id = PyObject_CallMethodOneArg(self, names.stage_digest, object);
+    if (staged_id != nullptr) *digest_id = PyLong_AsLongLong(staged_id);
+    return staged_id;
   }
 };
 
-// A shape or strides as a tuple of ints (equal to, and hashed as, torch.Size).
+// A shape as a tuple of ints (equal to, and hashed as, torch.Size).
 PyObject* int_tuple(c10::IntArrayRef values) {
   Ref tuple(PyTuple_New(values.size()));
   if (!tuple) return nullptr;
@@ -348,122 +425,46 @@ PyObject* dtype_of(const at::Tensor& tensor) {
   return reinterpret_cast<PyObject*>(torch::getTHPDtype(tensor.scalar_type()));
 }
 
-// tracer._layout_key: (id(storage), offset, dtype, *sizes, *strides).
-PyObject* layout_key(PyObject* storage_id, const at::Tensor& tensor) {
-  c10::IntArrayRef sizes = tensor.sizes(), strides = tensor.strides();
-  Py_ssize_t dimensions = static_cast<Py_ssize_t>(sizes.size());
-  Ref key(PyTuple_New(3 + 2 * dimensions));
-  if (!key) return nullptr;
-  PyObject* dtype = dtype_of(tensor);
-  Py_INCREF(storage_id);
-  Py_INCREF(dtype);
-  PyTuple_SET_ITEM(key.get(), 0, storage_id);
-  PyTuple_SET_ITEM(key.get(), 2, dtype);
-  PyObject* offset = PyLong_FromLongLong(tensor.storage_offset());
-  if (!offset) return nullptr;
-  PyTuple_SET_ITEM(key.get(), 1, offset);
-  for (Py_ssize_t i = 0; i < dimensions; ++i) {
-    PyObject* size = PyLong_FromLongLong(sizes[i]);
-    if (!size) return nullptr;
-    PyTuple_SET_ITEM(key.get(), 3 + i, size);
-    PyObject* stride = PyLong_FromLongLong(strides[i]);
-    if (!stride) return nullptr;
-    PyTuple_SET_ITEM(key.get(), 3 + dimensions + i, stride);
-  }
-  return untracked(key.release());
-}
-
-// A tensor's storage as Python sees it (the one object per storage torch keeps), or null.
-bool storage_of(const at::Tensor& tensor, Ref* storage, Ref* storage_id) {
-  if (!tensor.has_storage()) return false;
-  storage->reset(torch::createPyObject(tensor.storage()));
-  if (!*storage) return false;
-  storage_id->reset(PyLong_FromVoidPtr(storage->get()));
-  return static_cast<bool>(*storage_id);
-}
-
 // OpTracer._input_ref: (digest id, origin or null) into *digest_id and *origin.
-bool input_ref(Tracer& tracer, PyObject* object, PyObject* record_index, Ref* digest_id, Ref* origin) {
+bool input_ref(Tracer& tracer, PyObject* object, int64_t record_index, Ref* digest_id, Ref* origin) {
   const at::Tensor& tensor = THPVariable_Unpack(object);
-  Ref storage, storage_id;
-  if (!storage_of(tensor, &storage, &storage_id)) {
-    if (PyErr_Occurred()) return false;
-    digest_id->reset(tracer.stage_digest(object, tensor));
-    origin->reset(untracked(PyTuple_Pack(2, constants.external, record_index)));
-    return *digest_id && *origin;
+  int64_t known;
+  if (tracer.tables.known(tensor, &known)) {
+    digest_id->reset(PyLong_FromLongLong(known));
+    // an untouched allocation is reported with its origin: reading it is a bug
+    origin->reset(known == constants.uninit_id ? origin_tuple(tracer.tables.origin(tensor, record_index)) : nullptr);
+    return *digest_id && (known != constants.uninit_id || *origin);
   }
-  Ref key(layout_key(storage_id.get(), tensor));
-  if (!key) return false;
-  int64_t version = tensor._version();
-  PyObject* known = PyDict_GetItemWithError(tracer.tensor_digest, key.get());
-  if (known) {
-    if (PyWeakref_GetObject(PyTuple_GET_ITEM(known, 0)) == storage.get()) {
-      PyObject* versions = PyTuple_GET_ITEM(known, 1);
-      for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(versions); ++i) {
-        if (PyLong_AsLongLong(PyTuple_GET_ITEM(versions, i)) == version) {
-          PyObject* known_id = PyTuple_GET_ITEM(known, 2);
-          *digest_id = Ref::borrow(known_id);
-          // an untouched allocation is reported with its origin: reading it is a bug
-          if (PyLong_AsLongLong(known_id) == PyLong_AsLongLong(constants.uninit)) {
-            origin->reset(tracer.origin(storage.get(), storage_id.get(), record_index));
-            return static_cast<bool>(*origin);
-          }
-          origin->reset();
-          return true;
-        }
-      }
-    }
-  } else if (PyErr_Occurred()) {
-    return false;
-  }
-  origin->reset(tracer.origin(storage.get(), storage_id.get(), record_index));
+  origin->reset(origin_tuple(tracer.tables.origin(tensor, record_index)));
   if (!*origin) return false;
-  digest_id->reset(tracer.stage_digest(object, tensor));
-  return *digest_id && tracer.remember(key.get(), storage.get(), version, digest_id->get(), false);
+  int64_t staged_id;
+  digest_id->reset(tracer.stage_digest(object, tensor, &staged_id));
+  if (!*digest_id) return false;
+  tracer.tables.remember(tensor, tensor._version(), staged_id, false);
+  return true;
 }
 
 // OpTracer._output_ref: a new reference to the digest id, Py_None for a view, null on error.
-PyObject* output_ref(Tracer& tracer, PyObject* object, const OpInfo& info, PyObject* record_index, bool written,
-                     PyObject* view_of, PyObject* view_of_id) {
+PyObject* output_ref(Tracer& tracer, PyObject* object, const OpInfo& info, int64_t record_index, bool written,
+                     PyObject* view_of, int64_t view_of_id) {
   const at::Tensor& tensor = THPVariable_Unpack(object);
-  Ref storage, storage_id;
-  if (!storage_of(tensor, &storage, &storage_id)) {
-    if (PyErr_Occurred()) return nullptr;
-    return tracer.stage_digest(object, tensor);
-  }
+  int64_t digest_id;
+  if (storage_of(tensor) == nullptr) return tracer.stage_digest(object, tensor, &digest_id);
   if (info.is_view && !written) {
     // a view as large as its input reads all of it: its readers take the input's digest
     if (view_of != nullptr && tensor.numel() >= THPVariable_Unpack(view_of).numel()) {
-      Ref key(layout_key(storage_id.get(), tensor));
-      if (!key || !tracer.remember(key.get(), storage.get(), THPVariable_Unpack(view_of)._version(), view_of_id, false))
-        return nullptr;
+      tracer.tables.remember(tensor, THPVariable_Unpack(view_of)._version(), view_of_id, false);
     }
     Py_RETURN_NONE;
   }
-  Ref key(layout_key(storage_id.get(), tensor));
-  if (!key) return nullptr;
   if (info.is_allocation) {
-    Ref origin(untracked(PyTuple_Pack(2, constants.allocated, record_index)));
-    if (!origin || !tracer.set_origin(storage.get(), storage_id.get(), origin.get()) ||
-        !tracer.remember(key.get(), storage.get(), tensor._version(), constants.uninit, false))
-      return nullptr;
+    tracer.tables.allocated(tensor, record_index);
     return Ref::borrow(constants.uninit).release();
   }
-  // a write to part of a storage leaves the rest's origin
-  bool keeps_origin = false;
-  if (written && tensor.nbytes() < tensor.storage().nbytes()) {
-    PyObject* entry = PyDict_GetItemWithError(tracer.storage_origin, storage_id.get());
-    if (!entry && PyErr_Occurred()) return nullptr;
-    keeps_origin = entry && PyWeakref_GetObject(PyTuple_GET_ITEM(entry, 0)) == storage.get();
-  }
-  if (!keeps_origin) {
-    Ref origin(untracked(PyTuple_Pack(2, constants.produced, record_index)));
-    if (!origin || !tracer.set_origin(storage.get(), storage_id.get(), origin.get())) return nullptr;
-  }
-  Ref digest_id(tracer.stage_digest(object, tensor));
-  if (!digest_id || !tracer.remember(key.get(), storage.get(), tensor._version(), digest_id.get(), written))
-    return nullptr;
-  return digest_id.release();
+  tracer.tables.produced(tensor, record_index, written);
+  PyObject* staged_id = tracer.stage_digest(object, tensor, &digest_id);
+  if (staged_id != nullptr) tracer.tables.remember(tensor, tensor._version(), digest_id, written);
+  return staged_id;
 }
 
 // OpTracer._note_forward_sites
@@ -762,11 +763,11 @@ PyObject* record_op(const Bound& bound, PyObject* func, PyObject* args, PyObject
   unsigned long args_crc = 0;
   bool any_plain = false;
   PyObject* view_of = nullptr;
-  Ref view_of_id;
+  int64_t view_of_id = 0;
   for (PyObject* value : flat_args) {
     if (is_tensor(value)) {
       Ref digest_id, origin;
-      if (!input_ref(tracer, value, record_index.get(), &digest_id, &origin)) return nullptr;
+      if (!input_ref(tracer, value, index, &digest_id, &origin)) return nullptr;
       if (origin) {
         Ref position(PyLong_FromSize_t(inputs.size()));
         Ref leaf(position ? untracked(PyTuple_Pack(3, position.get(), PyTuple_GET_ITEM(origin.get(), 0), PyTuple_GET_ITEM(origin.get(), 1))) : nullptr);
@@ -775,7 +776,7 @@ PyObject* record_op(const Bound& bound, PyObject* func, PyObject* args, PyObject
       }
       if (inputs.empty() && info.is_view) {
         view_of = value;
-        view_of_id = Ref::borrow(digest_id.get());
+        view_of_id = PyLong_AsLongLong(digest_id.get());
       }
       inputs.push_back(std::move(digest_id));
       input_tensors.push_back(value);
@@ -892,7 +893,7 @@ PyObject* record_op(const Bound& bound, PyObject* func, PyObject* args, PyObject
   for (PyObject* tensor : out_tensors) {
     bool is_written = false;
     for (PyObject* item : written) is_written = is_written || item == tensor;
-    Ref digest_id(output_ref(tracer, tensor, info, record_index.get(), is_written, view_of, view_of_id.get()));
+    Ref digest_id(output_ref(tracer, tensor, info, index, is_written, view_of, view_of_id));
     if (!digest_id) return nullptr;
     if (digest_id.get() != Py_None) outputs.push_back(std::move(digest_id));
   }
@@ -979,6 +980,135 @@ PyObject* dispatch(PyObject*, PyObject* const* argv, Py_ssize_t argc) {
   }
 }
 
+
+// native_record.StorageTables: storage_tables.StorageTables' methods, for the Python recorder.
+TablesObject* as_tables(PyObject* self) { return reinterpret_cast<TablesObject*>(self); }
+
+// The argument at position as a tensor, or null with TypeError set.
+const at::Tensor* tensor_argument(PyObject* const* argv, Py_ssize_t argc, Py_ssize_t position) {
+  if (position >= argc || !THPVariable_Check(argv[position])) {
+    PyErr_SetString(PyExc_TypeError, "StorageTables: a tensor argument is missing");
+    return nullptr;
+  }
+  return &THPVariable_Unpack(argv[position]);
+}
+
+// The argument at position as an int64, or false with an error set.
+bool int_argument(PyObject* const* argv, Py_ssize_t argc, Py_ssize_t position, int64_t* value) {
+  if (position >= argc) {
+    PyErr_SetString(PyExc_TypeError, "StorageTables: an int argument is missing");
+    return false;
+  }
+  *value = PyLong_AsLongLong(argv[position]);
+  return !(*value == -1 && PyErr_Occurred());
+}
+
+// Calls body(), raising a C++ exception (a c10::Error from a tensor accessor) as RuntimeError.
+template <typename Body>
+PyObject* guarded(Body body) {
+  try {
+    return body();
+  } catch (const std::exception& error) {
+    PyErr_SetString(PyExc_RuntimeError, error.what());
+    return nullptr;
+  }
+}
+
+PyObject* tables_has_storage(PyObject*, PyObject* tensor) {
+  if (!THPVariable_Check(tensor)) return PyErr_Format(PyExc_TypeError, "StorageTables.has_storage: not a tensor");
+  return PyBool_FromLong(storage_of(THPVariable_Unpack(tensor)) != nullptr);
+}
+
+PyObject* tables_known(PyObject* self, PyObject* tensor) {
+  if (!THPVariable_Check(tensor)) return PyErr_Format(PyExc_TypeError, "StorageTables.known: not a tensor");
+  return guarded([&]() -> PyObject* {
+    int64_t digest_id;
+    if (as_tables(self)->tables->known(THPVariable_Unpack(tensor), &digest_id)) return PyLong_FromLongLong(digest_id);
+    Py_RETURN_NONE;
+  });
+}
+
+PyObject* tables_origin(PyObject* self, PyObject* const* argv, Py_ssize_t argc) {
+  const at::Tensor* tensor = tensor_argument(argv, argc, 0);
+  int64_t record_index;
+  if (!tensor || !int_argument(argv, argc, 1, &record_index)) return nullptr;
+  return guarded([&] { return origin_tuple(as_tables(self)->tables->origin(*tensor, record_index)); });
+}
+
+PyObject* tables_allocated(PyObject* self, PyObject* const* argv, Py_ssize_t argc) {
+  const at::Tensor* tensor = tensor_argument(argv, argc, 0);
+  int64_t record_index;
+  if (!tensor || !int_argument(argv, argc, 1, &record_index)) return nullptr;
+  return guarded([&] {
+    as_tables(self)->tables->allocated(*tensor, record_index);
+    Py_RETURN_NONE;
+  });
+}
+
+PyObject* tables_produced(PyObject* self, PyObject* const* argv, Py_ssize_t argc) {
+  const at::Tensor* tensor = tensor_argument(argv, argc, 0);
+  int64_t record_index;
+  if (!tensor || !int_argument(argv, argc, 1, &record_index)) return nullptr;
+  int written = argc > 2 ? PyObject_IsTrue(argv[2]) : 0;
+  if (written < 0) return nullptr;
+  return guarded([&] {
+    as_tables(self)->tables->produced(*tensor, record_index, written);
+    Py_RETURN_NONE;
+  });
+}
+
+PyObject* tables_remember(PyObject* self, PyObject* const* argv, Py_ssize_t argc) {
+  const at::Tensor* tensor = tensor_argument(argv, argc, 0);
+  int64_t version, digest_id;
+  if (!tensor || !int_argument(argv, argc, 1, &version) || !int_argument(argv, argc, 2, &digest_id)) return nullptr;
+  int written = argc > 3 ? PyObject_IsTrue(argv[3]) : 0;
+  if (written < 0) return nullptr;
+  return guarded([&] {
+    as_tables(self)->tables->remember(*tensor, version, digest_id, written);
+    Py_RETURN_NONE;
+  });
+}
+
+Py_ssize_t tables_length(PyObject* self) { return static_cast<Py_ssize_t>(as_tables(self)->tables->size()); }
+
+PyObject* tables_new(PyTypeObject* type, PyObject*, PyObject*) {
+  Ref self(type->tp_alloc(type, 0));
+  if (!self) return nullptr;
+  as_tables(self.get())->tables = new StorageTables();
+  return self.release();
+}
+
+void tables_dealloc(PyObject* self) {
+  delete as_tables(self)->tables;
+  PyTypeObject* type = Py_TYPE(self);
+  type->tp_free(self);
+  Py_DECREF(type);
+}
+
+template <typename Function>
+PyCFunction fastcall(Function function) {
+  return reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(function));
+}
+
+PyMethodDef tables_methods[] = {
+    {"has_storage", tables_has_storage, METH_O, "has_storage(tensor)"},
+    {"known", tables_known, METH_O, "known(tensor): the digest id of its bytes at its version, or None"},
+    {"origin", fastcall(tables_origin), METH_FASTCALL, "origin(tensor, record_index): (kind, record index)"},
+    {"allocated", fastcall(tables_allocated), METH_FASTCALL, "allocated(tensor, record_index)"},
+    {"produced", fastcall(tables_produced), METH_FASTCALL, "produced(tensor, record_index, written)"},
+    {"remember", fastcall(tables_remember), METH_FASTCALL, "remember(tensor, version, digest_id, written=False)"},
+    {nullptr, nullptr, 0, nullptr}};
+
+PyType_Slot tables_slots[] = {
+    {Py_tp_new, reinterpret_cast<void*>(tables_new)},
+    {Py_tp_dealloc, reinterpret_cast<void*>(tables_dealloc)},
+    {Py_tp_methods, tables_methods},
+    {Py_sq_length, reinterpret_cast<void*>(tables_length)},
+    {Py_tp_doc, const_cast<char*>("storage_tables.StorageTables, compiled")},
+    {0, nullptr}};
+
+PyType_Spec tables_spec = {"native_record.StorageTables", sizeof(TablesObject), 0, Py_TPFLAGS_DEFAULT, tables_slots};
+
 PyObject* intern(const char* text) { return PyUnicode_InternFromString(text); }
 
 void free_bound(PyObject* capsule) { delete static_cast<Bound*>(PyCapsule_GetPointer(capsule, BOUND_NAME)); }
@@ -989,8 +1119,7 @@ PyObject* bind(PyObject*, PyObject* tracer) {
   bound->tracer = tracer;
   bound->records = Ref(PyObject_GetAttr(tracer, names.records));
   bound->staged = Ref(PyObject_GetAttr(tracer, names.staged));
-  bound->tensor_digest = Ref(PyObject_GetAttr(tracer, names.tensor_digest));
-  bound->storage_origin = Ref(PyObject_GetAttr(tracer, names.storage_origin));
+  bound->tables = Ref(PyObject_GetAttr(tracer, names.tables));
   bound->digests = Ref(PyObject_GetAttr(tracer, names.digests));
   bound->forward_sites = Ref(PyObject_GetAttr(tracer, names.forward_sites));
   bound->out_meta = Ref(PyObject_GetAttr(tracer, names.out_meta));
@@ -999,14 +1128,13 @@ PyObject* bind(PyObject*, PyObject* tracer) {
   bound->pending = Ref(communications ? PyObject_GetAttr(communications.get(), names.pending) : nullptr);
   bound->user_frames = Ref(PyObject_GetAttr(tracer, names.user_frames));
   if (!bound->records || !bound->digests || !bound->forward_sites || !bound->out_meta || !bound->capture_ops ||
-      !bound->pending || !bound->user_frames || !bound->staged || !bound->tensor_digest || !bound->storage_origin ||
+      !bound->pending || !bound->user_frames || !bound->staged || !bound->tables ||
       !truthy_attr(tracer, names.host_digests, &bound->host_digests))
     return nullptr;
   if (!PyList_CheckExact(bound->records.get()) || !PyList_CheckExact(bound->digests.get()) ||
       !PyDict_CheckExact(bound->forward_sites.get()) || !PyDict_CheckExact(bound->out_meta.get()) ||
       !PyAnySet_CheckExact(bound->capture_ops.get()) || !PyList_CheckExact(bound->staged.get()) ||
-      !PyDict_CheckExact(bound->tensor_digest.get()) || !PyDict_CheckExact(bound->storage_origin.get()) ||
-      !PyDict_CheckExact(bound->pending.get())) {
+      !PyDict_CheckExact(bound->pending.get()) || Py_TYPE(bound->tables.get()) != tables_type) {
     PyErr_SetString(PyExc_TypeError, "native_record.bind: not an OpTracer");
     return nullptr;
   }
@@ -1043,7 +1171,8 @@ PyObject* configure(PyObject*, PyObject* given) {
   Ref crc_max(item("crc_max_bytes")), stage_limit(item("stage_limit")), resumable(item("resumable_code")),
       min_forget_at(item("min_forget_at"));
   if (!crc_max || !stage_limit || !resumable || !min_forget_at) return nullptr;
-  c.min_forget_at = PyLong_AsSsize_t(min_forget_at.get());
+  c.min_forget_at = PyLong_AsSize_t(min_forget_at.get());
+  c.uninit_id = PyLong_AsLongLong(c.uninit);
   c.resumable_code = PyLong_AsLong(resumable.get());
   c.crc_max_bytes = PyLong_AsSsize_t(crc_max.get());
   c.stage_limit = PyLong_AsSsize_t(stage_limit.get());
@@ -1072,9 +1201,7 @@ PyMODINIT_FUNC PyInit_native_record() {
   names.records = intern("records");
   names.digests = intern("digests");
   names.staged = intern("_staged");
-  names.tensor_digest = intern("_tensor_digest");
-  names.storage_origin = intern("_storage_origin");
-  names.forget_at = intern("_forget_at");
+  names.tables = intern("tables");
   names.forward_sites = intern("_forward_sites");
   names.last_outputs = intern("_last_outputs");
   names.user_frames = intern("_user_frames");
@@ -1115,5 +1242,10 @@ PyMODINIT_FUNC PyInit_native_record() {
   names.written_args = intern("written_args");
   names.unread_args = intern("unread_args");
   names.name_attr = intern("__name__");
-  return PyModule_Create(&module);
+  Ref created(PyModule_Create(&module));
+  tables_type = reinterpret_cast<PyTypeObject*>(PyType_FromSpec(&tables_spec));
+  if (!created || !tables_type) return nullptr;
+  Py_INCREF(tables_type);  // (the module keeps one reference, this file the other)
+  if (PyModule_AddObject(created.get(), "StorageTables", reinterpret_cast<PyObject*>(tables_type)) < 0) return nullptr;
+  return created.release();
 }

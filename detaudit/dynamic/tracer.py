@@ -88,6 +88,7 @@ from detaudit.dynamic.trace_format import (
     Trace,
     python_value_meta,
 )
+from detaudit.dynamic.storage_tables import MIN_FORGET_AT, StorageTables
 from detaudit.dynamic.watch import StopRun, user_frame
 from detaudit.knowledge.apis import RESEED_FROM_ENTROPY, RNG_STATE_RESTORERS, SEED_PARAMETERS
 from detaudit.knowledge.backend_settings import backend_settings
@@ -115,7 +116,6 @@ _UNTRACED_NAMESPACES = frozenset({"profiler"})  # record_function markers: no da
 SAMPLE_ELEMENTS = 4096
 _STAGE_LIMIT = 8192  # flush early when this many digests wait on the device
 _TRACING_GC_THRESHOLD = 10_000  # the youngest generation's threshold while tracing (see OpTracer.__enter__)
-_MIN_FORGET_AT = 4096  # entries in the storage tables before freed storages are first dropped
 _WEIGHT_MULTIPLIER = 0x9E3779B97F4A7C15 - (1 << 64)  # golden-ratio constant as a signed int64
 _DEVICE_WEIGHT_STEP = (2 * _WEIGHT_MULTIPLIER + (1 << 63)) % (1 << 64) - (1 << 63)  # as int64; weight(i) = i * step + 1
 _INT_OF_SIZE = {1: torch.int8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
@@ -190,15 +190,6 @@ def _flatten_tensors(value, into: list) -> list:
         for item in value:
             _flatten_tensors(item, into)
     return into
-
-
-def _layout_key(storage, tensor: torch.Tensor) -> tuple:
-    """What a tensor's bytes are, as the storage tables key them: its
-    storage, offset and dtype, then its sizes and strides, in one flat tuple
-    (equal lengths: the dimension count needs no field of its own).  Flat,
-    because a tuple of plain items hashes and compares at a fraction of the
-    cost of nested ones."""
-    return (id(storage), tensor.storage_offset(), tensor.dtype, *tensor.shape, *tensor.stride())
 
 
 def _is_tensor_or_none(value) -> bool:
@@ -431,16 +422,17 @@ def native_constants() -> dict:
         "plain_types": _PLAIN_ARG_TYPES, "parameter_type": torch.nn.Parameter, "crc32": zlib.crc32,
         "result_meta": _result_meta, "forward": FORWARD, "backward": BACKWARD, "optimizer": OPTIMIZER,
         "produced": PRODUCED, "allocated": ALLOCATED, "external": EXTERNAL, "uninit": UNINIT, "unread": UNREAD,
-        "crc_max_bytes": _CRC_MAX_BYTES, "stage_limit": _STAGE_LIMIT, "min_forget_at": _MIN_FORGET_AT,
+        "crc_max_bytes": _CRC_MAX_BYTES, "stage_limit": _STAGE_LIMIT, "min_forget_at": MIN_FORGET_AT,
         "user_files": watch._USER_FILES, "is_user_file": watch.is_user_file, "resumable_code": _RESUMABLE_CODE,
     }
 
 
 class _OpRecorder(TorchDispatchMode):
-    def __init__(self, tracer: "OpTracer", compiled: bool):
+    """``native_record``: the compiled recorder's module, None to record every op in Python."""
+
+    def __init__(self, tracer: "OpTracer", native_record):
         super().__init__()
         self.tracer = tracer
-        native_record = native.load() if compiled else None
         if native_record is not None:  # the compiled twin of the method below
             self._native_state = native_record.bind(tracer)
             self.__torch_dispatch__ = types.MethodType(native_record.dispatch, self)
@@ -475,10 +467,9 @@ class OpTracer:
         self.digests: list[int] = []  # host digests; a digest id indexes this list once flushed
         self._staged: list[torch.Tensor | int] = []
         self._staged_on_device: list[int] = []  # positions in _staged of the digests that wait on a device
-        self._tensor_digest: dict[tuple, tuple] = {}  # layout key -> (storage ref, version, digest id)
-        # id(storage) -> (storage ref, (PRODUCED, ALLOCATED or EXTERNAL, record index))
-        self._storage_origin: dict[int, tuple] = {}
-        self._forget_at = _MIN_FORGET_AT  # table size at which entries of freed storages are dropped
+        native_record = native.load() if compiled else None
+        # what is known of the bytes behind tensors; the compiled twin where the compiled recorder runs
+        self.tables = native_record.StorageTables() if native_record is not None else StorageTables()
         self._froze_gc = False
         self._forward_sites: dict[int, tuple] = {}  # grad_fn sequence nr -> (file, line, module)
         # (weak references to the output tensors, (file, line, module)) of the last op run with grad mode on
@@ -514,7 +505,7 @@ class OpTracer:
         # told of each record as it is traced and of each flush (online_capture.OnlineCapture); None: nobody
         self.observer = None
         self.communications = Communications(self)  # torch.distributed's ops, completed when waited on
-        self._modes = [_OpRecorder(self, compiled)]  # last: the compiled recorder binds the state above
+        self._modes = [_OpRecorder(self, native_record)]  # last: the compiled recorder binds the state above
 
     def attach(self, watcher) -> None:
         self.watcher = watcher
@@ -834,56 +825,23 @@ class OpTracer:
     def _input_ref(self, tensor: torch.Tensor, record_index: int) -> tuple[int, tuple | None]:
         """(digest id, leaf origin or None) of an input, hashing it only if no
         traced op produced it in its current version."""
-        try:
-            storage = tensor.untyped_storage()
-        except (RuntimeError, NotImplementedError):
-            return self._stage_digest(tensor), (EXTERNAL, record_index)
-        key = _layout_key(storage, tensor)
-        known = self._tensor_digest.get(key)
-        version = tensor._version
-        if known is not None and known[0]() is storage and version in known[1]:
+        tables = self.tables
+        digest_id = tables.known(tensor)
+        if digest_id is not None:
             # an untouched allocation is reported with its origin: reading it is a bug
-            return known[2], (self._origin(storage, record_index) if known[2] == UNINIT else None)
-        origin = self._origin(storage, record_index)
+            return digest_id, (tables.origin(tensor, record_index) if digest_id == UNINIT else None)
+        origin = tables.origin(tensor, record_index)
         digest_id = self._stage_digest(tensor)
-        self._remember(key, storage, version, digest_id)
+        tables.remember(tensor, tensor._version, digest_id)
         return digest_id, origin
-
-    def _origin(self, storage, record_index: int) -> tuple:
-        """Where a storage's contents came from; a storage no traced op made is external."""
-        entry = self._storage_origin.get(id(storage))
-        if entry is not None and entry[0]() is storage:
-            return entry[1]
-        origin = (EXTERNAL, record_index)
-        self._storage_origin[id(storage)] = (weakref.ref(storage), origin)
-        return origin
-
-    def _forget_dead_storages(self) -> None:
-        """Drop what is known about storages that were freed (they can never
-        match again); called when the tables have doubled, so amortized O(1)."""
-        for table in (self._tensor_digest, self._storage_origin):  # in place: the compiled recorder holds them
-            live = {key: entry for key, entry in table.items() if entry[0]() is not None}
-            table.clear()
-            table.update(live)
-        self._forget_at = max(_MIN_FORGET_AT, 2 * (len(self._tensor_digest) + len(self._storage_origin)))
-
-    def _remember(self, key: tuple, storage, version: int, digest_id: int, written: bool = False) -> None:
-        """Readers of the tensor with layout ``key`` at ``version`` read ``digest_id``."""
-        # An in-place op's version bump happens above this mode, after it
-        # returns: a written tensor is current at its version or the next.
-        versions = (version, version + 1) if written else (version,)
-        self._tensor_digest[key] = (weakref.ref(storage), versions, digest_id)
-        if len(self._tensor_digest) + len(self._storage_origin) > self._forget_at:
-            self._forget_dead_storages()
 
     def _output_ref(
         self, tensor: torch.Tensor, info: _OpInfo, record_index: int, written: bool, view_of: tuple | None
     ) -> int | None:
         """Digest id of an output; None for a view, which is no new data.
         ``view_of`` is (tensor, digest id) of a view op's first input."""
-        try:
-            storage = tensor.untyped_storage()
-        except (RuntimeError, NotImplementedError):
+        tables = self.tables
+        if not tables.has_storage(tensor):
             return self._stage_digest(tensor)
         if info.is_view and not written:
             # A view is a function of its input and of the view op's
@@ -896,20 +854,14 @@ class OpTracer:
             # (A view gets its input's version counter above this mode, after
             # it returns: here it still has a fresh one.)
             if view_of is not None and tensor.numel() >= view_of[0].numel():
-                self._remember(_layout_key(storage, tensor), storage, view_of[0]._version, view_of[1])
+                tables.remember(tensor, view_of[0]._version, view_of[1])
             return None
-        key = _layout_key(storage, tensor)
         if info.is_allocation:
-            self._storage_origin[id(storage)] = (weakref.ref(storage), (ALLOCATED, record_index))
-            self._remember(key, storage, tensor._version, UNINIT)
+            tables.allocated(tensor, record_index)
             return UNINIT
-        # a write to part of a storage leaves the rest's origin
-        partly_written = written and tensor.nbytes < storage.nbytes()
-        origin_entry = self._storage_origin.get(id(storage)) if partly_written else None
-        if origin_entry is None or origin_entry[0]() is not storage:
-            self._storage_origin[id(storage)] = (weakref.ref(storage), (PRODUCED, record_index))
+        tables.produced(tensor, record_index, written)
         digest_id = self._stage_digest(tensor)
-        self._remember(key, storage, tensor._version, digest_id, written)
+        tables.remember(tensor, tensor._version, digest_id, written)
         return digest_id
 
     # -- the record --------------------------------------------------------
