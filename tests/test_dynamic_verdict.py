@@ -19,7 +19,7 @@ import torch
 import detaudit
 from detaudit.cli import main
 from detaudit.dynamic.report import RunReport
-from detaudit.dynamic.trace_format import UNREAD, Trace
+from detaudit.dynamic.trace_format import EXTERNAL, UNREAD, Trace
 from detaudit.dynamic.tracer import OpTracer
 from detaudit.runtime.environment import fingerprint
 from detaudit.testing import assert_deterministic
@@ -131,6 +131,20 @@ def test_python_reads_are_recorded_once_each_and_the_tracers_own_are_not(tmp_pat
     assert ops == ["aten.lift_fresh.default", "Tensor.numpy", "Tensor.tolist", "torch.save"]
 
 
+def test_a_storage_argument_is_read_as_an_input_from_outside(tmp_path):
+    """`torch.load` makes each tensor with `set_(storage)` on bytes no op
+    wrote: those bytes are an input of the record, external where they enter."""
+    torch.save({"weights": torch.arange(6.0)}, tmp_path / "weights.pt")
+    tracer = OpTracer()
+    with tracer:
+        torch.load(tmp_path / "weights.pt")["weights"].sum()
+    trace = Trace(**tracer.trace_data())
+    [(index, record)] = [(i, r) for i, r in enumerate(trace.ops) if r.op.startswith("aten.set_.source_Storage")]
+    assert record.inputs[0] == UNREAD and len(record.inputs) == 2
+    assert record.leaves == ((1, EXTERNAL, index),)
+    assert trace.value(record.inputs[1]) == OpTracer().digest(torch.arange(6.0).view(torch.uint8))
+
+
 # -- 2. latent differences ------------------------------------------------------------------------------
 @pytest.mark.parametrize("log", ["item", "numpy"])
 def test_a_difference_python_reads_but_the_final_state_does_not_is_latent(log):
@@ -191,6 +205,28 @@ def test_a_value_python_reads_after_the_cause_is_propagated(capsys, tmp_path):
     [cause] = report["root_causes"]
     assert code == 1 and (cause["kind"], cause["line"]) == ("nondeterministic-op", 17)
     assert cause["op"].startswith("aten.index_put") and cause["effect"] == "final-state"
+
+
+def test_a_checkpoint_saved_and_loaded_back_is_downstream_of_the_cause(capsys, tmp_path):
+    """The word language model's shape: keep the best model with
+    `torch.save`, load it back with `torch.load` and evaluate it.  The loaded
+    bytes enter torch through a storage argument (`set_`), from outside any
+    op, after Python has read the differing weights: downstream of the race,
+    not a second root cause."""
+    source = (FIXTURES / "index_put_backward.py").read_text()
+    script = tmp_path / "index_put_checkpoint.py"
+    script.write_text(
+        source
+        + "\ncheckpoint = __file__ + '.best.pt'\n"
+        "torch.save({'table': table.detach()}, checkpoint)\n"
+        "with torch.no_grad():\n"
+        "    table.copy_(torch.load(checkpoint)['table'])\n"
+        "    print('test loss', (table[token_ids[:1000]] * weights[:1000]).sum().item())\n"
+    )
+    code, report = _run_json(capsys, script, "--steps", "0", "--repeats", "2")
+    [cause] = report["root_causes"]
+    assert code == 1 and (cause["kind"], cause["line"]) == ("nondeterministic-op", 17)
+    assert cause["op"].startswith("aten.index_put") and report["propagated_ops"] > 0
 
 
 def test_an_unseeded_batch_sampler_is_one_root_cause(capsys):

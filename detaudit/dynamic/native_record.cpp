@@ -1,15 +1,18 @@
 // OpTracer.record, compiled: the tracer's hot path for the common op.
 //
 // tracer.py's OpTracer.record is the reference: dispatch() does what it does,
-// step for step, on the same Python state (the tracer's records, digests,
-// staged digests, storage tables, forward sites, last outputs and user-frame
-// cache), so the two recorders can take turns within one trace and leave the
-// same one.  What is rare or more than bookkeeping stays in Python: an op
-// with a capture asked for, a collective communication (or any op while one
-// is pending) and an op on a tensor subclass other than Parameter go to
-// OpTracer.record whole; a digest that is not a small contiguous CPU
-// tensor's CRC-32 goes to OpTracer._stage_digest.  Built and loaded by
-// native.py; held to the Python recorder by tests/test_dynamic_native.py.
+// step for step, on the same state (the tracer's records, digests, staged
+// digests, storage tables, forward sites, last outputs and user-frame cache),
+// so the two recorders can take turns within one trace and leave the same
+// one.  The storage tables are compiled here too (StorageTables, the twin of
+// storage_tables.py's): the Python recorder calls their methods, this file
+// reads them directly.  What is rare or more than bookkeeping stays in
+// Python: an op with a capture asked for, a collective communication (or
+// any op while one is pending), an op with a storage argument and an op on a
+// tensor subclass other than Parameter go to OpTracer.record whole; a digest
+// that is not a small contiguous CPU tensor's CRC-32 goes to
+// OpTracer._stage_digest.  Built and loaded by native.py; held to the Python
+// recorder by tests/test_dynamic_native.py.
 //
 // Every Python object here is an owned reference held by Ref, or borrowed
 // from something that outlives its use (the op's arguments, the tracer).
@@ -95,7 +98,7 @@ struct Names {
       *allocation_fill, *host_digests, *out_meta, *dispatching, *in_optimizer, *module_stack, *steps,
       *caller, *user, *record, *paused, *bound, *before_op, *after_op, *info, *stage_digest,
       *fill_allocation, *meta, *flush, *name, *call, *is_allocation, *is_seeded, *is_view, *flat_args,
-      *single_result, *untraced, *communicates, *returns_python, *written_args, *unread_args, *name_attr;
+      *single_result, *untraced, *python_only, *returns_python, *written_args, *unread_args, *name_attr;
 };
 Names names;
 
@@ -138,19 +141,19 @@ const OpInfo* op_info(PyObject* tracer, PyObject* func) {
   entry.op = Ref::borrow(func);
   entry.name = Ref(PyObject_GetAttr(info.get(), names.name));
   entry.call = Ref(PyObject_GetAttr(info.get(), names.call));
-  bool communicates = false, returns_python = false;
+  bool python_only = false, returns_python = false;
   if (!entry.name || !entry.call || !truthy_attr(info.get(), names.is_allocation, &entry.is_allocation) ||
       !truthy_attr(info.get(), names.is_seeded, &entry.is_seeded) ||
       !truthy_attr(info.get(), names.is_view, &entry.is_view) ||
       !truthy_attr(info.get(), names.flat_args, &entry.flat_args) ||
       !truthy_attr(info.get(), names.single_result, &entry.single_result) ||
       !truthy_attr(info.get(), names.untraced, &entry.untraced) ||
-      !truthy_attr(info.get(), names.communicates, &communicates) ||
+      !truthy_attr(info.get(), names.python_only, &python_only) ||
       !truthy_attr(info.get(), names.returns_python, &returns_python) ||
       !read_arguments(info.get(), names.written_args, &entry.written_args) ||
       !read_arguments(info.get(), names.unread_args, &entry.unread_args))
     return nullptr;
-  entry.python_only = communicates;
+  entry.python_only = python_only;
   entry.returns_python = returns_python;
   return &op_infos.emplace(func, std::move(entry)).first->second;
 }
@@ -1237,7 +1240,7 @@ PyMODINIT_FUNC PyInit_native_record() {
   names.flat_args = intern("flat_args");
   names.single_result = intern("single_result");
   names.untraced = intern("untraced");
-  names.communicates = intern("communicates");
+  names.python_only = intern("python_only");
   names.returns_python = intern("returns_python");
   names.written_args = intern("written_args");
   names.unread_args = intern("unread_args");

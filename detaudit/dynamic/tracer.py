@@ -192,6 +192,11 @@ def _flatten_tensors(value, into: list) -> list:
     return into
 
 
+def _storage_bytes(storage: torch.UntypedStorage) -> torch.Tensor:
+    """A storage argument as the tensor of its bytes, so that it is an input like any other."""
+    return torch.empty(0, dtype=torch.uint8, device=storage.device).set_(storage)
+
+
 def _is_tensor_or_none(value) -> bool:
     return value is None or isinstance(value, torch.Tensor)
 
@@ -336,6 +341,9 @@ class _OpInfo:
         ]
         self.returns_python = any(str(ret.type) not in _TENSOR_RETURNS for ret in schema.returns)
         self.communicates = Communications.handles(func)
+        # a storage's bytes are data the op reads: torch.load's tensors enter through set_(storage)
+        self.reads_storage = any(argument.type.kind() == "StorageType" for argument in schema.arguments)
+        self.python_only = self.communicates or self.reads_storage  # what the compiled recorder leaves to record()
         self.untraced = func.namespace in _UNTRACED_NAMESPACES
         # no list argument: the arguments need no flattening; one plain
         # return: the results are the result alone
@@ -909,6 +917,8 @@ class OpTracer:
             flat_args = (*args, *kwargs.values()) if kwargs else args
         else:
             flat_args = _flatten(kwargs.values(), _flatten(args, [])) if kwargs else _flatten(args, [])
+        if info.reads_storage:
+            flat_args = [_storage_bytes(value) if isinstance(value, torch.UntypedStorage) else value for value in flat_args]
         if self.communications.pending:
             self.communications.before_op(func, flat_args, caller)
         inputs, leaves, plain = [], [], []
