@@ -90,6 +90,17 @@ def test_the_lstm_word_language_model_is_deterministic(capsys):
     assert (code, report["verdict"], report["root_causes"], report["tensors"]) == (0, "deterministic", [], [])
 
 
+def test_a_race_in_the_lstm_is_measured_on_its_output_not_its_workspace(capsys, monkeypatch):
+    """The workspace's unwritten bytes differ too, but only the LSTM's
+    backward takes them: the deviation is the output's one ULP, not 255."""
+    fault = {"repeat": 1, "op": "aten.mkldnn_rnn_layer.default", "occurrence": 0}
+    monkeypatch.setenv("DETAUDIT_TEST_FAULT", json.dumps(fault))
+    _, report = _run_json(capsys, FIXTURES / "lstm_word_lm.py", "--steps", "0", "--repeats", "2")
+    [cause] = report["root_causes"]
+    assert (report["verdict"], cause["op"]) == ("latent", "aten.mkldnn_rnn_layer.default")
+    assert 0 < cause["max_abs_diff"] < 1e-6
+
+
 def _train_with_an_unused_race(log: str | None):
     """A deterministic step that also sums with duplicate indices on 2 threads (a race)."""
 

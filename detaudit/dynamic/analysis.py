@@ -204,6 +204,10 @@ def _cause_deviation(reference: dict, other: dict, cause: CauseAt) -> float | No
     if cause.capture_position is not None:
         position = cause.capture_position
         tensors_a, tensors_b = tensors_a[position : position + 1], tensors_b[position : position + 1]
+    elif cause.capture_outputs is not None and len(cause.capture_outputs) == len(tensors_a) == len(tensors_b):
+        # (a view op's outputs have no digests: then the two lists differ in length, and every output counts)
+        tensors_a = [t for t, shown in zip(tensors_a, cause.capture_outputs) if shown]
+        tensors_b = [t for t, shown in zip(tensors_b, cause.capture_outputs) if shown]
     if not (tensors_a and tensors_b):
         return None
     diffs = [tensor_diff("", a, b) for a, b in zip(tensors_a, tensors_b)]

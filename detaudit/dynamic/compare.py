@@ -77,6 +77,9 @@ class CauseAt:
     capture_record: int  # the record whose tensors show the deviation
     capture_side: str  # "outputs" or "inputs"
     capture_position: int | None = None  # which input; None = every output
+    # for each of the record's outputs, whether it shows the cause: its difference was read as data
+    # (not a workspace that only its kernel's backward reads); None = every output
+    capture_outputs: tuple[bool, ...] | None = None
     other_side: OtherSide | None = None  # control flow: what the other run did; RNG: where the state changed
     read: bool = False  # something read its difference (else it is scratch, never reported)
     reaches_final: bool = False  # its difference reached a differing tensor of the final state
@@ -204,6 +207,7 @@ def _result(a: Trace, b: Trace, taint: _Taint, propagated: int, compared: int, d
     """Mark the causes whose difference reached the final state."""
     final_known = bool(a.final) and bool(b.final)
     final_differs = False
+    _note_outputs_read(a, b, taint.causes)
     for name in sorted(set(a.final) | set(b.final)) if final_known else ():
         ref_a, ref_b = a.final.get(name), b.final.get(name)
         if ref_a is not None and ref_b is not None and a.value(ref_a) == b.value(ref_b):
@@ -219,6 +223,21 @@ def _result(a: Trace, b: Trace, taint: _Taint, propagated: int, compared: int, d
         final_known=final_known,
         final_differs=final_differs,
     )
+
+
+def _note_outputs_read(a: Trace, b: Trace, causes: list[CauseAt]) -> None:
+    """Set ``capture_outputs`` of the causes shown by their outputs: the
+    differing outputs that a later op takes as input or the final state holds
+    (a scratch argument is recorded as ``UNREAD``, not as its digest)."""
+    shown_by_outputs = [c for c in causes if c.read and c.capture_side == "outputs" and c.capture_record >= 0]
+    if not shown_by_outputs:
+        return
+    read = {ref for record in a.ops for ref in record.inputs}
+    read.update(a.final.values())
+    for cause in shown_by_outputs:
+        mine, theirs = a.ops[cause.capture_record].outputs, b.ops[cause.capture_record].outputs
+        shown = tuple(x in read and a.value(x) != b.value(y) for x, y in zip(mine, theirs))
+        cause.capture_outputs = shown if any(shown) else None
 
 
 def _control_flow(index: int, reference: OpRecord, other: OpRecord) -> CauseAt:
