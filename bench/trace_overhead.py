@@ -14,12 +14,22 @@ another checkout of detaudit (say, the main branch's) in the same blocks and
 prints its cost per op beside this one's: a change's effect, measured under
 the same load.  Not a test: timings depend on the machine.
 
+``--instructions`` counts instead of timing, for each model on the CPU:
+valgrind's callgrind counts the instructions of one process per side
+(plain, the floor, traced, and the baseline's tracer) that runs the warm-up
+and then 1 or 4 steps, and the difference of the two counts is what 3 steps
+cost (with the objects made before them frozen, so that no full garbage
+collection in one count and not the other walks them).  The added instructions per op do not move with the machine's load,
+unlike times on a shared machine (about 2 minutes a process: ``import torch``
+under callgrind).
+
 Plain and traced steps alternate in short blocks (a fresh watcher and tracer
 per traced block) and the ratio is the median of the per-block ratios, so a
 load change on a shared machine hits both sides alike instead of one.
 
 Usage: python bench/trace_overhead.py [--rounds N] [--steps N] [--threads N] [--clock wall|cpu]
                                      [--models mlp,layers10,layers100,layers1000] [--baseline CHECKOUT]
+                                     [--instructions]
 """
 
 from __future__ import annotations
@@ -28,8 +38,11 @@ import argparse
 import importlib
 import os
 import statistics
+import subprocess
 import sys
+import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import torch
@@ -185,6 +198,69 @@ def measure(build, device, rounds: int, steps: int, baseline=None) -> dict:
     }
 
 
+#: One counted process (--instructions): the model's trainer, warmed up, then
+#: the warm-up and the steps of one side.  argv: model, side, steps, baseline checkout or "".
+_COUNTED = """
+import gc
+import sys
+from pathlib import Path
+import torch
+sys.path.insert(0, {bench!r})
+import trace_overhead as bench
+model, side, steps, baseline = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
+torch.set_num_threads(1)
+trainer = bench.Trainer(bench.MODELS[model], torch.device("cpu"))
+for _ in range(2):
+    trainer.step_seconds()
+gc.collect()
+gc.freeze()  # a full collection walking torch's objects in one count and not the other would swamp the steps
+if side == "plain":
+    for _ in range(1 + steps):
+        trainer.step_seconds()
+elif side == "floor":
+    bench.call_only_block(trainer, 1 + steps)
+else:
+    bench.traced_block(trainer, steps, bench.load_tracer(Path(baseline)) if baseline else (bench.OpTracer, bench.TrainingWatcher))
+"""
+_COUNTED_STEPS = (1, 4)
+
+
+def counted_instructions(model: str, side: str, steps: int, baseline: Path | None) -> int:
+    """Instructions callgrind counts for one counted process (``_COUNTED``)."""
+    with tempfile.TemporaryDirectory() as work:
+        counts = Path(work) / "callgrind.out"
+        subprocess.run(
+            ["valgrind", "--tool=callgrind", f"--callgrind-out-file={counts}", sys.executable, "-c",
+             _COUNTED.format(bench=str(Path(__file__).resolve().parent)), model, side, str(steps), str(baseline or "")],
+            check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )
+        summary = next(line for line in counts.read_text().splitlines() if line.startswith("summary:"))
+    return int(summary.split()[1])
+
+
+def ops_per_step(model: str) -> int:
+    trainer = Trainer(MODELS[model], torch.device("cpu"))
+    return traced_block(trainer, 1)[1]
+
+
+def count_instructions(models: list[str], baseline: Path | None) -> None:
+    """Instructions per op that each side adds to a plain step (2 processes at a time)."""
+    sides = ["floor", "traced"] + (["baseline"] if baseline else [])
+    print(f"torch {torch.__version__}, 1 CPU thread, callgrind: instructions of steps {_COUNTED_STEPS[0]}..{_COUNTED_STEPS[1]}")
+    print(f"{'model':<12}{'ops/step':>9}{'plain/op':>10}" + "".join(f"{'added ' + side + '/op':>20}" for side in sides))
+    for model in models:
+        jobs = {
+            (side, steps): (model, "traced" if side == "baseline" else side, steps, baseline if side == "baseline" else None)
+            for side in ("plain", *sides)
+            for steps in _COUNTED_STEPS
+        }
+        with ThreadPoolExecutor(max_workers=2) as pool:
+            counts = dict(zip(jobs, pool.map(lambda job: counted_instructions(*job), jobs.values())))
+        ops = ops_per_step(model) * (_COUNTED_STEPS[1] - _COUNTED_STEPS[0])
+        cost = {side: (counts[side, _COUNTED_STEPS[1]] - counts[side, _COUNTED_STEPS[0]]) / ops for side in ("plain", *sides)}
+        print(f"{model:<12}{ops // (_COUNTED_STEPS[1] - _COUNTED_STEPS[0]):>9}{cost['plain']:>10.0f}" + "".join(f"{cost[side] - cost['plain']:>20.0f}" for side in sides), flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=7, help="alternating plain/traced blocks (default 7)")
@@ -193,7 +269,11 @@ def main() -> None:
     parser.add_argument("--clock", choices=CLOCKS, default="wall", help="wall time (default) or the process's CPU time")
     parser.add_argument("--models", default=",".join(MODELS), help="comma-separated subset of " + ", ".join(MODELS))
     parser.add_argument("--baseline", type=Path, help="another checkout of detaudit whose tracer is timed beside this one's")
+    parser.add_argument("--instructions", action="store_true", help="count instructions per op (callgrind) instead of timing")
     args = parser.parse_args()
+    if args.instructions:
+        count_instructions(args.models.split(","), args.baseline)
+        return
     baseline = load_tracer(args.baseline) if args.baseline else None
     global clock
     clock = CLOCKS[args.clock]

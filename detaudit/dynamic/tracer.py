@@ -18,7 +18,9 @@ element bits times odd position weights (so any single-element change shows),
 computed on the device and staged there until ``flush()``, called once per
 optimizer step: no per-op host sync.  Inputs are mostly earlier outputs: they
 are looked up by storage, layout and version counter instead of being hashed
-again; only leaves are hashed.  Outputs of allocation ops and of view ops are
+again (``storage_tables.py``); only leaves are hashed.  A storage argument
+(``set_(storage)``, how ``torch.load`` makes its tensors) is read as the
+tensor of its bytes.  Outputs of allocation ops and of view ops are
 not hashed (garbage, respectively an alias of something hashed: a view as large
 as its input takes over the input's digest, a smaller one is hashed if read).
 With ``allocation_fill`` set (``detaudit run`` gives each run its own number)
