@@ -283,8 +283,7 @@ class StorageTables {
   std::pair<PyObject*, int64_t> origin(const at::Tensor& tensor, int64_t record_index) {
     const c10::Storage* storage = storage_of(tensor);
     if (storage == nullptr) return {constants.external, record_index};
-    auto found = origins_.find(storage->unsafeGetStorageImpl());
-    if (found != origins_.end() && holds(found->second.storage, *storage)) return {found->second.kind, found->second.record_index};
+    if (const OriginEntry* known = known_origin(*storage)) return {known->kind, known->record_index};
     set_origin(*storage, constants.external, record_index);
     return {constants.external, record_index};
   }
@@ -301,10 +300,7 @@ class StorageTables {
   void produced(const at::Tensor& tensor, int64_t record_index, bool written) {
     const c10::Storage* storage = storage_of(tensor);
     if (storage == nullptr) return;
-    if (written && tensor.nbytes() < storage->nbytes()) {
-      auto found = origins_.find(storage->unsafeGetStorageImpl());
-      if (found != origins_.end() && holds(found->second.storage, *storage)) return;
-    }
+    if (written && tensor.nbytes() < storage->nbytes() && known_origin(*storage) != nullptr) return;
     set_origin(*storage, constants.produced, record_index);
   }
 
@@ -334,17 +330,25 @@ class StorageTables {
     return entry._unsafe_get_target() == storage.unsafeGetStorageImpl() && !entry.expired();
   }
 
+  const OriginEntry* known_origin(const c10::Storage& storage) const {
+    auto found = origins_.find(storage.unsafeGetStorageImpl());
+    return found != origins_.end() && holds(found->second.storage, storage) ? &found->second : nullptr;
+  }
+
   void set_origin(const c10::Storage& storage, PyObject* kind, int64_t record_index) {
     origins_.insert_or_assign(storage.unsafeGetStorageImpl(), OriginEntry{storage.getWeakStorageImpl(), kind, record_index});
   }
 
+  template <typename Table>
+  static void erase_expired(Table& table) {
+    for (auto entry = table.begin(); entry != table.end();) {
+      entry = entry->second.storage.expired() ? table.erase(entry) : std::next(entry);
+    }
+  }
+
   void forget_dead_storages() {
-    for (auto entry = digests_.begin(); entry != digests_.end();) {
-      entry = entry->second.storage.expired() ? digests_.erase(entry) : std::next(entry);
-    }
-    for (auto entry = origins_.begin(); entry != origins_.end();) {
-      entry = entry->second.storage.expired() ? origins_.erase(entry) : std::next(entry);
-    }
+    erase_expired(digests_);
+    erase_expired(origins_);
     forget_at_ = std::max(constants.min_forget_at, 2 * size());
   }
 
