@@ -200,7 +200,7 @@ lane_audits() {
 
 # -- the tracer's compiled recorder: built once, before the lanes trace (else they record in Python) --
 SUMMARY="$WORK/lane0.summary" step "build the compiled op recorder" 120 "$PYTHON" -c '
-from detaudit.dynamic import native
+from detaudit.dynamic.record import native
 print("compiled recorder:", native.build() or "not built (the tracer records in Python)")
 import torch; print("loaded:", native.load() is not None)'
 

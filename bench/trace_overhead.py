@@ -50,8 +50,8 @@ from torch import nn
 from torch.utils._python_dispatch import TorchDispatchMode
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from detaudit.dynamic.tracer import OpTracer  # noqa: E402
-from detaudit.dynamic.watch import TrainingWatcher  # noqa: E402
+from detaudit.dynamic.record.tracer import OpTracer  # noqa: E402
+from detaudit.dynamic.record.hooks import TrainingWatcher  # noqa: E402
 
 
 def small_cnn(device):
@@ -130,14 +130,18 @@ def load_tracer(checkout: Path) -> tuple[type, type]:
         del sys.modules[name]
     sys.path.insert(0, str(checkout))
     try:
-        tracer_module = importlib.import_module("detaudit.dynamic.tracer")
-        watch_module = importlib.import_module("detaudit.dynamic.watch")
+        try:
+            tracer_module = importlib.import_module("detaudit.dynamic.record.tracer")
+            watch_module = importlib.import_module("detaudit.dynamic.record.hooks")
+        except ModuleNotFoundError:  # a checkout from before dynamic/ had sub-packages
+            tracer_module = importlib.import_module("detaudit.dynamic.tracer")
+            watch_module = importlib.import_module("detaudit.dynamic.watch")
     finally:
         sys.path.remove(str(checkout))
         for name in loaded():
             del sys.modules[name]
         sys.modules.update(ours)
-    if Path(tracer_module.__file__).resolve().parents[2] != checkout.resolve():
+    if checkout.resolve() not in Path(tracer_module.__file__).resolve().parents:
         sys.exit(f"error: {checkout} holds no detaudit package")
     return tracer_module.OpTracer, watch_module.TrainingWatcher
 

@@ -21,7 +21,7 @@ _LAZY_EXPORTS = {
     "deterministic": "detaudit.runtime.determinism",
     "status": "detaudit.runtime.status",
     "audit": "detaudit.dynamic.audit",
-    "audit_batch_invariance": "detaudit.dynamic.batch",
+    "audit_batch_invariance": "detaudit.dynamic.batch.audit",
     "log_metric": "detaudit.stats.metrics",
     "log_predictions": "detaudit.stats.metrics",
 }

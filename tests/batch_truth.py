@@ -16,7 +16,7 @@ from typing import Callable
 import pytest
 import torch
 
-from detaudit.dynamic.batch import batch_positions
+from detaudit.dynamic.batch.audit import batch_positions
 
 
 def differing_samples(entry: Callable, samples: torch.Tensor, sizes, positions=None) -> dict[tuple[int, int], int]:

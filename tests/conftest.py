@@ -17,7 +17,7 @@ def _cuda_available() -> bool:
 def pytest_sessionstart(session):
     # build the tracer's compiled recorder now (a subprocess; about 20 s, once per
     # torch and source), not inside the first test's traced run and its time limit
-    from detaudit.dynamic import native
+    from detaudit.dynamic.record import native
 
     native.ensure_built()
 

@@ -12,8 +12,8 @@ import pytest
 import torch
 
 import detaudit
-from detaudit.dynamic.batch import BatchInvarianceError, batch_positions, sample_slices
-from detaudit.dynamic.batch_report import BatchReport
+from detaudit.dynamic.batch.audit import BatchInvarianceError, batch_positions, sample_slices
+from detaudit.dynamic.batch.report import BatchReport
 
 from batch_truth import differing_samples, variant_cells
 

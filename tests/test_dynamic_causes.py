@@ -9,8 +9,8 @@ from dataclasses import fields
 
 import pytest
 
-from detaudit.dynamic.causes import CAUSE_KINDS, RNG, CauseKind, _register
-from detaudit.dynamic.launch import LaunchOptions
+from detaudit.dynamic.compare.causes import CAUSE_KINDS, RNG, CauseKind, _register
+from detaudit.launch.process import LaunchOptions
 from detaudit.dynamic.variations import VARIATIONS
 
 

@@ -14,11 +14,11 @@ import itertools
 import pytest
 import torch
 
-from detaudit.dynamic.compare import compare_traces
-from detaudit.dynamic.fault_injector import FaultInjector, next_up
-from detaudit.dynamic.trace_format import Trace
-from detaudit.dynamic.tracer import OpTracer
-from detaudit.dynamic.watch import TrainingWatcher
+from detaudit.dynamic.compare.classify import compare_traces
+from detaudit.dynamic.faults.injector import FaultInjector, next_up
+from detaudit.dynamic.compare.trace_format import Trace
+from detaudit.dynamic.record.tracer import OpTracer
+from detaudit.dynamic.record.hooks import TrainingWatcher
 
 _NAMES = [
     "bool", "uint8", "int8", "int16", "int32", "int64", "uint16", "uint32", "uint64",

@@ -7,10 +7,10 @@ import json
 import torch
 
 import detaudit
-from detaudit.dynamic.compare import Trace, compare_traces
-from detaudit.dynamic.divergence import PROPAGATED, ROOT, divergence_of
-from detaudit.dynamic.tracer import SAMPLE_ELEMENTS, OpTracer, output_sample
-from detaudit.dynamic.watch import TrainingWatcher
+from detaudit.dynamic.compare.classify import Trace, compare_traces
+from detaudit.dynamic.compare.divergence import PROPAGATED, ROOT, divergence_of
+from detaudit.dynamic.record.tracer import SAMPLE_ELEMENTS, OpTracer, output_sample
+from detaudit.dynamic.record.hooks import TrainingWatcher
 
 
 def two_embedding_steps():

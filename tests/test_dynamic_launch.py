@@ -8,7 +8,7 @@ import textwrap
 import time
 from pathlib import Path
 
-from detaudit.dynamic.launch import LaunchOptions, run_script
+from detaudit.launch.process import LaunchOptions, run_script
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "dynamic"
 
@@ -101,7 +101,7 @@ def test_killing_a_process_group_returns_once_none_of_it_is_alive(tmp_path):
     import shutil
     import subprocess
 
-    from detaudit.dynamic.launch import kill_process_group
+    from detaudit.launch.process import kill_process_group
 
     odd_name = tmp_path / "sl) 1 (p"
     shutil.copy(shutil.which("sleep"), odd_name)

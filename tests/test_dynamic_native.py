@@ -1,4 +1,4 @@
-"""The compiled op recorder (native_record.cpp) against OpTracer.record.
+"""The compiled op recorder (record/native/recorder.cpp) against OpTracer.record.
 
 The compiled recorder must leave exactly the trace the Python one leaves:
 every record, digest, RNG event, final-state digest, capture and online
@@ -25,10 +25,10 @@ import torch
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
-from detaudit.dynamic import native
-from detaudit.dynamic.online_capture import OnlineCapture
-from detaudit.dynamic.tracer import OpTracer
-from detaudit.dynamic.watch import StopRun, TrainingWatcher
+from detaudit.dynamic.record import native
+from detaudit.dynamic.record.online_capture import OnlineCapture
+from detaudit.dynamic.record.tracer import OpTracer
+from detaudit.dynamic.record.hooks import StopRun, TrainingWatcher
 
 ROOT = Path(__file__).resolve().parents[1]
 HAS_COMPILER = shutil.which("c++") is not None
@@ -277,8 +277,8 @@ def test_the_compiled_recorder_leaves_python_only_what_it_does_not_do():
 
 _LOAD_AND_TRACE = """
 import json, torch
-from detaudit.dynamic import native
-from detaudit.dynamic.tracer import OpTracer
+from detaudit.dynamic.record import native
+from detaudit.dynamic.record.tracer import OpTracer
 tracer = OpTracer()
 with tracer:
     (torch.ones(3) * 2).sum()

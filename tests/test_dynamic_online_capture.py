@@ -1,4 +1,4 @@
-"""A later repeat keeps, as it runs, what a capture rerun of it would save (online_capture.py)."""
+"""A later repeat keeps, as it runs, what a capture rerun of it would save (record/online_capture.py)."""
 
 from __future__ import annotations
 
@@ -6,11 +6,11 @@ import numpy as np
 import pytest
 import torch
 
-from detaudit.dynamic.compare import Trace, compare_traces
-from detaudit.dynamic.divergence import divergence_of
-from detaudit.dynamic.online_capture import OnlineCapture, select
-from detaudit.dynamic.tracer import OpTracer
-from detaudit.dynamic.watch import StopRun, TrainingWatcher
+from detaudit.dynamic.compare.classify import Trace, compare_traces
+from detaudit.dynamic.compare.divergence import divergence_of
+from detaudit.dynamic.record.online_capture import OnlineCapture, select
+from detaudit.dynamic.record.tracer import OpTracer
+from detaudit.dynamic.record.hooks import StopRun, TrainingWatcher
 
 
 def train(noise: float, noisy_step: int = 1) -> None:

@@ -6,10 +6,10 @@ import numpy as np
 import pytest
 import torch
 
-from detaudit.dynamic.compare import Trace, compare_traces
-from detaudit.dynamic.saved_state import SavedState, compare_saved_states
-from detaudit.dynamic.state import state_digests, tensor_diff
-from detaudit.dynamic.tracer import OpTracer
+from detaudit.dynamic.compare.classify import Trace, compare_traces
+from detaudit.dynamic.compare.state_diff import SavedState, compare_saved_states
+from detaudit.dynamic.record.final_state import state_digests, tensor_diff
+from detaudit.dynamic.record.tracer import OpTracer
 
 
 def test_tensor_diff_measures_abs_rel_ulp_and_fraction():

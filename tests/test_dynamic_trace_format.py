@@ -9,15 +9,15 @@ from pathlib import Path
 
 import torch
 
-from detaudit.dynamic.trace_format import ALLOCATED, BACKWARD, FORWARD, OPTIMIZER, UNINIT, OpRecord, RngEvent, Trace
-from detaudit.dynamic.tracer import OpTracer
-from detaudit.dynamic.watch import TrainingWatcher
+from detaudit.dynamic.compare.trace_format import ALLOCATED, BACKWARD, FORWARD, OPTIMIZER, UNINIT, OpRecord, RngEvent, Trace
+from detaudit.dynamic.record.tracer import OpTracer
+from detaudit.dynamic.record.hooks import TrainingWatcher
 
 ROOT = Path(__file__).resolve().parents[1]
 
 _IMPORT_THE_COMPARISON = """
 import sys
-import detaudit.dynamic.compare, detaudit.dynamic.analysis, detaudit.dynamic.divergence
+import detaudit.dynamic.compare.classify, detaudit.dynamic.verdict.build, detaudit.dynamic.compare.divergence
 print(sorted({"torch", "numpy"} & set(sys.modules)))
 """
 

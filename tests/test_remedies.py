@@ -12,16 +12,16 @@ from pathlib import Path
 
 import pytest
 
-from detaudit.dynamic.causes import (
+from detaudit.dynamic.compare.causes import (
     CAUSE_KINDS,
     EXTERNAL_INPUT,
     NONDETERMINISTIC_OP,
     THREAD_COUNT,
 )
-from detaudit.dynamic.generators import GENERATORS, RESEEDER
-from detaudit.dynamic.generators import paste_code as generators_code
-from detaudit.dynamic.launch import LaunchOptions, run_script
-from detaudit.dynamic.remedies import (
+from detaudit.launch.seed_generators import GENERATORS, RESEEDER
+from detaudit.launch.seed_generators import paste_code as generators_code
+from detaudit.launch.process import LaunchOptions, run_script
+from detaudit.dynamic.remedy.catalogue import (
     REMEDIES,
     Conflict,
     Machine,
@@ -32,7 +32,7 @@ from detaudit.dynamic.remedies import (
     paste_code,
     remedy_with_settings,
 )
-from detaudit.dynamic.report import RootCause
+from detaudit.dynamic.verdict.run_report import RootCause
 from detaudit.knowledge.apis import RESEED_FROM_ENTROPY
 from detaudit.knowledge.ops import load_ops_table
 from detaudit.static.rules.entropy import SEEDED_BY_OS_WHEN_NONE

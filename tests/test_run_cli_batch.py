@@ -113,7 +113,7 @@ def test_batch_options_need_vary_batch(capsys):
 
 def test_the_parent_side_imports_neither_torch_nor_numpy():
     code = (
-        "import sys; import detaudit.dynamic.batch_run, detaudit.dynamic.batch_report, detaudit.dynamic.variations; "
+        "import sys; import detaudit.dynamic.batch.vary, detaudit.dynamic.batch.report, detaudit.dynamic.variations; "
         "print('torch' in sys.modules, 'numpy' in sys.modules)"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT).stdout

@@ -150,7 +150,7 @@ def test_unsupported_combinations_are_usage_errors(capsys, options, message):
 
 
 def test_rank_lists_merge_neighbours():
-    from detaudit.dynamic.report import rank_list
+    from detaudit.dynamic.verdict.run_report import rank_list
 
     assert rank_list([1]) == "rank 1"
     assert rank_list([3, 0, 1, 2]) == "ranks 0-3"
@@ -160,7 +160,7 @@ def test_rank_lists_merge_neighbours():
 def test_where_a_rank_was_is_read_from_its_stack_dump(tmp_path):
     import sysconfig
 
-    from detaudit.dynamic.torchrun import _where_stuck
+    from detaudit.launch.torchrun import _where_stuck
 
     library = sysconfig.get_paths()["purelib"]
     dump = f"""some output of the script
@@ -185,5 +185,5 @@ def test_reading_distributed_results_imports_no_torch():
     import subprocess
     import sys
 
-    code = "import sys, detaudit.dynamic.distributed, detaudit.dynamic.torchrun; print('torch' in sys.modules)"
+    code = "import sys, detaudit.dynamic.verdict.ranks, detaudit.launch.torchrun; print('torch' in sys.modules)"
     assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip() == "False"

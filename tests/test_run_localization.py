@@ -2,7 +2,7 @@
 
 Real CPU nondeterminism reaches only a few kinds of op, so each path makes one
 op call give different bits (one ULP, through the test-only
-``DETAUDIT_TEST_FAULT``, see detaudit/dynamic/faults.py) in a real training
+``DETAUDIT_TEST_FAULT``, see detaudit/dynamic/faults/spec.py) in a real training
 loop (fixtures/dynamic/localize/) and checks that the report names it as a
 root cause: its kind, op, phase, source line and module, with a measured
 deviation.  Lines are looked up by the marker comments in the fixtures.
@@ -22,7 +22,7 @@ from typing import NamedTuple
 import pytest
 
 from detaudit.cli import main
-from detaudit.dynamic.faults import FAULT_ENV, FaultSpecError, parse_specs
+from detaudit.dynamic.faults.spec import FAULT_ENV, FaultSpecError, parse_specs
 
 LOCALIZE = Path(__file__).resolve().parents[1] / "fixtures" / "dynamic" / "localize"
 

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from detaudit.cli import main
-from detaudit.dynamic.faults import FAULT_ENV
+from detaudit.dynamic.faults.spec import FAULT_ENV
 
 REAL = Path(__file__).resolve().parents[1] / "fixtures" / "dynamic" / "real"
 LIGHTNING = pytest.mark.skipif(importlib.util.find_spec("lightning") is None, reason="needs the lightning package")

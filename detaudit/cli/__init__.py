@@ -134,7 +134,7 @@ def add_distributed_arguments(parser) -> None:
 
 def distributed_of(args):
     """The ``torchrun.Distributed`` the arguments ask for; None without --nproc-per-node."""
-    from detaudit.dynamic.torchrun import Distributed
+    from detaudit.launch.torchrun import Distributed
 
     given = [name for name in TORCHRUN_OPTIONS if getattr(args, name) is not None]
     if args.nproc_per_node is None:

@@ -149,7 +149,7 @@ def handle(args: argparse.Namespace) -> int:
 
     remedy = None
     if args.remedy and not report.deterministic:
-        from detaudit.dynamic.remedy import find_remedy
+        from detaudit.dynamic.remedy.search import find_remedy
 
         remedy = find_remedy(
             str(script),
@@ -223,7 +223,7 @@ def _write(report, output_format: str, remedy=False) -> None:
             data["remedy"] = remedy.to_dict() if remedy else None
         print(json.dumps(data, indent=2))
     elif output_format == "sarif":
-        from detaudit.dynamic.causes import CAUSE_KINDS
+        from detaudit.dynamic.compare.causes import CAUSE_KINDS
         from detaudit.report.sarif import invocation, to_sarif
 
         run_invocation = invocation(True, [("warning", warning) for warning in report.warnings])

@@ -6,7 +6,7 @@ root causes are found, the deviation of each is measured from the causing
 op's tensors in both runs of the pair that showed it.  When the repeats run
 one at a time, run 1 keeps the tensors of its first two steps' ops and every
 later repeat compares itself with run 1's trace as it runs and keeps the
-tensors of the ops that differ (``online_capture.py``): where the runs part
+tensors of the ops that differ (``record/online_capture.py``): where the runs part
 ways in those steps, nothing is rerun.  Otherwise (with ``jobs`` > 1, or
 for whatever a run did not keep) each run of the pair that lacks tensors is
 rerun with a targeted capture.  Each run is reported to ``progress`` (``detaudit.report.progress``)
@@ -34,9 +34,9 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from detaudit.dynamic.faults import fault_for_repeat
-from detaudit.dynamic.launch import LaunchOptions, ScriptResult, run_script, terminate_all
-from detaudit.dynamic.report import RunFailure
+from detaudit.dynamic.faults.spec import fault_for_repeat
+from detaudit.launch.process import LaunchOptions, ScriptResult, run_script, terminate_all
+from detaudit.dynamic.verdict.run_report import RunFailure
 from detaudit.dynamic.variations import VARIATIONS
 from detaudit.report.progress import NoProgress
 
@@ -68,15 +68,15 @@ def audit_script(
     jobs: int = 1,
 ):
     """Run ``script`` ``repeats`` times and report; ``strict``: a latent
-    difference fails the gate too (see ``report.py``).  ``remedy_options``:
+    difference fails the gate too (see ``verdict/run_report.py``).  ``remedy_options``:
     LaunchOptions fields every run gets, applied after the variation's setting
     (the remedies ``--remedy`` tries).  ``measure=False`` skips the capture
     reruns that measure each cause's deviation.  ``jobs``: runs at a time
     (see the module docstring)."""
-    from detaudit.dynamic.analysis import build_report
-    from detaudit.dynamic.compare import Trace
-    from detaudit.dynamic.saved_state import SavedState
-    from detaudit.dynamic import native
+    from detaudit.dynamic.verdict.build import build_report
+    from detaudit.dynamic.compare.classify import Trace
+    from detaudit.dynamic.compare.state_diff import SavedState
+    from detaudit.dynamic.record import native
 
     # here, once: no run's time limit pays for building the compiled recorder
     native.ensure_built(announce=lambda text: print(f"detaudit: {text}", file=sys.stderr, flush=True))
@@ -145,7 +145,7 @@ def audit_script(
             there, else from a rerun of it."""
             import torch
 
-            from detaudit.dynamic.online_capture import select
+            from detaudit.dynamic.record.online_capture import select
 
             kept = {}
             for repeat in (0, other):
@@ -280,14 +280,14 @@ def audit_distributed(
 ):
     """``audit_script`` for a script run under torchrun: each repeat is one
     torchrun run, each rank analysed as a single process is, then merged and
-    checked across ranks (``distributed.py``).  A run that fails names the
+    checked across ranks (``verdict/ranks.py``).  A run that fails names the
     rank that failed first (or hung) with its output.  No capture reruns:
     deviations are not measured."""
-    from detaudit.dynamic.analysis import build_report
-    from detaudit.dynamic.compare import Trace
-    from detaudit.dynamic.distributed import merge_ranks
-    from detaudit.dynamic.saved_state import SavedState
-    from detaudit.dynamic.torchrun import run_distributed
+    from detaudit.dynamic.verdict.build import build_report
+    from detaudit.dynamic.compare.classify import Trace
+    from detaudit.dynamic.verdict.ranks import merge_ranks
+    from detaudit.dynamic.compare.state_diff import SavedState
+    from detaudit.launch.torchrun import run_distributed
 
     progress = progress or NoProgress()
     base = LaunchOptions(

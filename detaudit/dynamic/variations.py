@@ -23,7 +23,7 @@ import importlib
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from detaudit.dynamic.causes import BATCH_VARIANT_OP, HASH_ORDER, THREAD_COUNT, CauseKind
+from detaudit.dynamic.compare.causes import BATCH_VARIANT_OP, HASH_ORDER, THREAD_COUNT, CauseKind
 
 
 @dataclass(frozen=True)
@@ -69,7 +69,7 @@ VARIATIONS: dict[str, Variation] = {
             "batch",
             "the batch a sample is in (calls the script's detaudit_batch_entry on detaudit_batch_samples)",
             BATCH_VARIANT_OP,
-            audit="detaudit.dynamic.batch_run:audit_batch_script",
+            audit="detaudit.dynamic.batch.vary:audit_batch_script",
             options=("batch_sizes", "positions"),
         ),
     )

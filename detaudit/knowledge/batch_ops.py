@@ -7,7 +7,7 @@ other samples; "random": draws are made for the whole batch), why on each
 device, and the remedies that make them invariant with what they cost.
 Remedies are defined once and referred to by id.
 
-Readers: the batch-invariance report (``detaudit.dynamic.batch``) asks
+Readers: the batch-invariance report (``detaudit.dynamic.batch.audit``) asks
 :meth:`BatchOpsTable.hint` for a root-cause op; the static rule
 ``batch-size-equality`` asks :meth:`BatchOpsTable.invariance_markers` which
 names in a file show that batch-invariant kernels are on.  This module never

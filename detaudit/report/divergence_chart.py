@@ -23,8 +23,8 @@ from __future__ import annotations
 import io
 import math
 
-from detaudit.dynamic.divergence import PROPAGATED, ROOT, Divergence
-from detaudit.dynamic.trace_format import BACKWARD, FORWARD, OPTIMIZER
+from detaudit.dynamic.compare.divergence import PROPAGATED, ROOT, Divergence
+from detaudit.dynamic.compare.trace_format import BACKWARD, FORWARD, OPTIMIZER
 
 INSTALL_HINT = 'pip install "detaudit[plot]"'
 ROOT_COLOUR, PROPAGATED_COLOUR, EQUAL_COLOUR = "#d62728", "#ff7f0e", "#d0d0d0"

@@ -24,8 +24,8 @@ from pathlib import Path
 from typing import Iterable, Sequence
 
 from detaudit import __version__
-from detaudit.dynamic.divergence import ROOT, Divergence
-from detaudit.dynamic.report import RootCause, RunReport
+from detaudit.dynamic.compare.divergence import ROOT, Divergence
+from detaudit.dynamic.verdict.run_report import RootCause, RunReport
 
 SOURCE_CONTEXT = 3  # lines shown above and below a root cause's line
 POINTS_LISTED = 25  # differing ops listed under the chart

@@ -58,7 +58,7 @@ def run_probe(
     """Runs the three variants (up to ``jobs`` at a time), deterministic mode on;
     ``distributed`` (a ``torchrun.Distributed``): each under torchrun, rank 0's
     metrics and state compared (every rank moves the same weight by one ULP)."""
-    from detaudit.dynamic.launch import LaunchOptions
+    from detaudit.launch.process import LaunchOptions
 
     def one(variant: str) -> ProbeRun:
         run = ProbeRun(variant, reseed if variant == RESEED else seed)
@@ -94,7 +94,7 @@ def run_probe(
 def trained_parameters(state_file: Path) -> dict:
     """The floating-point tensors of a saved end state that are model weights
     (not gradients, optimizer state or the loss), as float64 numpy arrays."""
-    from detaudit.dynamic.state import load_state
+    from detaudit.dynamic.record.final_state import load_state
 
     return {
         name: tensor.double().numpy()

@@ -2,7 +2,7 @@
 (``detaudit.report.progress``).
 
 Every run is one fresh subprocess started by the dynamic pass's launcher
-(``detaudit.dynamic.launch``); this module only decides what each run gets
+(``detaudit.launch.process``); this module only decides what each run gets
 (seed, GPU, its own folder), collects what it logged and saves a record the
 moment it ends, so an interrupted study loses nothing that finished.
 """
@@ -73,7 +73,7 @@ def launch(
     the run goes through torchrun, and what it logged is rank 0's (the
     other ranks log into their own folders); a failed run's result is the
     rank that failed first."""
-    from detaudit.dynamic.launch import run_script
+    from detaudit.launch.process import run_script
 
     shutil.rmtree(folder, ignore_errors=True)  # leftovers of an interrupted attempt
     folder.mkdir(parents=True)
@@ -86,7 +86,7 @@ def launch(
             script, arguments, options=options, timeout=timeout, cancel=cancel, keep_lines_with=STDOUT_PREFIX
         )
     else:
-        from detaudit.dynamic.torchrun import run_distributed
+        from detaudit.launch.torchrun import run_distributed
 
         run = run_distributed(script, arguments, options=options, distributed=distributed, timeout=timeout, cancel=cancel)
         result = run.ranks[run.blamed_rank()] if run.failed else run.ranks[0]
@@ -112,7 +112,7 @@ def run_status(result, outputs, *, require_metrics: bool = True) -> str:
 
 
 def _run_once(study: Study, run: PlannedRun, gpu: int | None, timeout: float | None, cancel: threading.Event) -> RunRecord:
-    from detaudit.dynamic.launch import LaunchOptions
+    from detaudit.launch.process import LaunchOptions
 
     settings = study.settings
     options = LaunchOptions(
@@ -227,7 +227,7 @@ def execute(
         return record
 
     def stop_everything() -> None:
-        from detaudit.dynamic.launch import terminate_all
+        from detaudit.launch.process import terminate_all
 
         stopping.set()
         cancelled.set()

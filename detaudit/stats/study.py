@@ -60,7 +60,7 @@ class StudySettings:
         """The ``torchrun.Distributed`` each run is launched with (None: one process)."""
         if not self.nproc_per_node:
             return None
-        from detaudit.dynamic.torchrun import Distributed
+        from detaudit.launch.torchrun import Distributed
 
         return Distributed(self.nproc_per_node, self.torchrun_options)
 

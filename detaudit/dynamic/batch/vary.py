@@ -28,8 +28,8 @@ import time
 from pathlib import Path
 from typing import Sequence
 
-from detaudit.dynamic.batch_report import BatchReport
-from detaudit.dynamic.launch import LaunchOptions, run_script
+from detaudit.dynamic.batch.report import BatchReport
+from detaudit.launch.process import LaunchOptions, run_script
 from detaudit.report.progress import NoProgress
 
 ENTRY = "detaudit_batch_entry"
@@ -54,7 +54,7 @@ def audit_batch_script(
     """Run the script's batch entry point in a child process; its report.
     Raises ``runner.ScriptFailed`` when the child fails (a crash, no entry
     point, a model that fails on a batch)."""
-    from detaudit.dynamic.report import RunFailure
+    from detaudit.dynamic.verdict.run_report import RunFailure
     from detaudit.dynamic.runner import ScriptFailed
 
     audit = {"target": script, "seed": 0 if seed is None else seed, "positions": positions}
@@ -80,7 +80,7 @@ def audit_in_child(script: str, audit: dict, output_dir: Path) -> dict:
     """The child's side: load the script, audit its entry point, write the
     report.  Returns the payload entries; a script without the entry points
     or a failing audit ends the child with a one-line message."""
-    from detaudit.dynamic.batch import DEFAULT_BATCH_SIZES, BatchInvarianceError, audit_batch_invariance
+    from detaudit.dynamic.batch.audit import DEFAULT_BATCH_SIZES, BatchInvarianceError, audit_batch_invariance
 
     # a training script without the entry points is not run at all: it would train first
     _require_entry_points(audit["target"], _top_level_names(script))

@@ -73,9 +73,9 @@ import numpy
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from detaudit.dynamic import native, watch
-from detaudit.dynamic.collectives import EARLY_READ_FIELDS, Communications
-from detaudit.dynamic.trace_format import (
+from detaudit.dynamic.record import hooks, native
+from detaudit.dynamic.record.collectives import EARLY_READ_FIELDS, Communications
+from detaudit.dynamic.compare.trace_format import (
     ALLOCATED,
     BACKWARD,
     EXTERNAL,
@@ -90,8 +90,8 @@ from detaudit.dynamic.trace_format import (
     Trace,
     python_value_meta,
 )
-from detaudit.dynamic.storage_tables import MIN_FORGET_AT, StorageTables
-from detaudit.dynamic.watch import StopRun, user_frame
+from detaudit.dynamic.record.storage_tables import MIN_FORGET_AT, StorageTables
+from detaudit.dynamic.record.hooks import StopRun, user_frame
 from detaudit.knowledge.apis import RESEED_FROM_ENTROPY, RNG_STATE_RESTORERS, SEED_PARAMETERS
 from detaudit.knowledge.backend_settings import backend_settings
 from detaudit.runtime.settings import reader
@@ -427,13 +427,13 @@ class _UserFrames:
 
 
 def native_constants() -> dict:
-    """What the compiled recorder (native_record.cpp) reads of this module, given once at its load."""
+    """What the compiled recorder (native/recorder.cpp) reads of this module, given once at its load."""
     return {
         "plain_types": _PLAIN_ARG_TYPES, "parameter_type": torch.nn.Parameter, "crc32": zlib.crc32,
         "result_meta": _result_meta, "forward": FORWARD, "backward": BACKWARD, "optimizer": OPTIMIZER,
         "produced": PRODUCED, "allocated": ALLOCATED, "external": EXTERNAL, "uninit": UNINIT, "unread": UNREAD,
         "crc_max_bytes": _CRC_MAX_BYTES, "stage_limit": _STAGE_LIMIT, "min_forget_at": MIN_FORGET_AT,
-        "user_files": watch._USER_FILES, "is_user_file": watch.is_user_file, "resumable_code": _RESUMABLE_CODE,
+        "user_files": hooks._USER_FILES, "is_user_file": hooks.is_user_file, "resumable_code": _RESUMABLE_CODE,
     }
 
 
@@ -790,7 +790,7 @@ class OpTracer:
         """Digest id of ``tensor``, staged as an op output's is (on its device
         until ``flush()``; then ``digests[id]``).  For recorders that digest
         other tensors than the trace's, such as the per-sample slices of
-        ``detaudit.dynamic.batch``."""
+        ``detaudit.dynamic.batch.audit``."""
         return self._stage_digest(tensor)
 
     def digest(self, tensor: torch.Tensor) -> int:

@@ -3,7 +3,7 @@ about the other run.
 
 Each kind is one ``CauseKind`` entry of this registry: its name (the ``kind``
 of the JSON report), code, severity, summary and fix hint, which SARIF and
-GitHub annotations describe it with.  The classifier (``compare.py``) and the
+GitHub annotations describe it with.  The classifier (``classify.py``) and the
 variations (``variations.py``) refer to these entries, never to their names:
 a new kind is an entry here plus the rule in the classifier that reports it.
 """
@@ -20,7 +20,7 @@ class CauseKind(str):
     """A kind of root cause.  It is a ``str`` equal to its name (the JSON
     report's ``kind``, so reports and comparisons with names keep working)
     that carries its code, severity, summary and fix hint, and the remedies
-    ``detaudit run --remedy`` tries for it (names in ``remedies.py``, most
+    ``detaudit run --remedy`` tries for it (names in ``remedy/catalogue.py``, most
     targeted first; for a nondeterministic op the ops table says which fit,
     and these are for ops it does not know).  There is one object per kind:
     the registry's."""
@@ -154,7 +154,7 @@ PYTHON_VALUE = _register(
     )
 )
 
-# batch invariance (detaudit.dynamic.batch): a sample's result depends on what it is batched with
+# batch invariance (detaudit.dynamic.batch.audit): a sample's result depends on what it is batched with
 BATCH_VARIANT_OP = _register(
     CauseKind(
         "DYN009",
@@ -175,7 +175,7 @@ SAMPLE_MIXING = _register(
     )
 )
 
-# distributed training (detaudit run --nproc-per-node: torchrun.py, distributed.py)
+# distributed training (detaudit run --nproc-per-node: launch/torchrun.py, verdict/ranks.py)
 COLLECTIVE = _register(
     CauseKind(
         "DYN020",

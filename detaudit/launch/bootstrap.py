@@ -1,4 +1,4 @@
-"""Child-process entry point: ``python -m detaudit.dynamic.bootstrap``.
+"""Child-process entry point: ``python -m detaudit.launch.bootstrap``.
 
 Reads the JSON config that ``launch.run_script`` put in the environment,
 prepares the interpreter, runs the user's script as ``python SCRIPT ARGS``
@@ -28,7 +28,7 @@ import time
 import traceback
 from pathlib import Path
 
-from detaudit.dynamic.launch import CONFIG_ENV, PAYLOAD_NAME
+from detaudit.launch.process import CONFIG_ENV, PAYLOAD_NAME
 
 
 def seed_all(seed: int) -> None:
@@ -69,8 +69,8 @@ class ChildSession:
         self.payload: dict = {"steps": 0, "stopped_at_max_steps": False}
         self.watcher = None
         self.tracer = None
-        self.fault = None  # the test-only fault injector (fault_injector.py)
-        self.online_capture = None  # compares the run with a reference run as it goes (online_capture.py)
+        self.fault = None  # the test-only fault injector (dynamic/faults/injector.py)
+        self.online_capture = None  # compares the run with a reference run as it goes (dynamic/record/online_capture.py)
         needs_torch = any(
             config.get(key)
             for key in (
@@ -84,7 +84,7 @@ class ChildSession:
     def _prepare_torch(self) -> None:
         import torch
 
-        from detaudit.dynamic.watch import TrainingWatcher
+        from detaudit.dynamic.record.hooks import TrainingWatcher
 
         config = self.config
         if config.get("threads"):
@@ -104,12 +104,12 @@ class ChildSession:
         if config.get("seed") is not None:
             seed_all(int(config["seed"]))
         if config.get("seed_generators"):
-            from detaudit.dynamic.generators import install
+            from detaudit.launch.seed_generators import install
 
             made = self.payload["unseeded_generators"] = []
             install(config["seed_generators"], (config.get("seed") or 0) + 1, made)
         if config.get("trace"):
-            from detaudit.dynamic.tracer import OpTracer
+            from detaudit.dynamic.record.tracer import OpTracer
 
             self.tracer = OpTracer(
                 capture_ops=config.get("capture_ops") or (),
@@ -117,7 +117,7 @@ class ChildSession:
                 allocation_fill=config.get("allocation_fill"),
             )
             if config.get("compare_with") or config.get("keep_first_steps"):
-                from detaudit.dynamic.online_capture import OnlineCapture
+                from detaudit.dynamic.record.online_capture import OnlineCapture
 
                 self.online_capture = self.tracer.observer = OnlineCapture(self.tracer, config.get("compare_with"))
         step_ends = self.payload["step_ends"] = []  # perf_counter() after each optimizer step: step times
@@ -137,7 +137,7 @@ class ChildSession:
         if replicas is not None:  # the replicas as they start training (step 0): no gradient yet
             self._before_first_step(lambda: replicas.append(self._replica_digests(trained=False)))
         if config.get("fault"):
-            from detaudit.dynamic.fault_injector import FaultInjector
+            from detaudit.dynamic.faults.injector import FaultInjector
 
             self.fault = FaultInjector(config["fault"], self.tracer)
         if config.get("perturb_ulp_seed") is not None:
@@ -170,15 +170,15 @@ class ChildSession:
     def _replica_digests(self, trained: bool = True) -> dict[str, int]:
         """Digest of every tensor of the state that data-parallel ranks must
         hold alike (parameters, buffers, gradients, optimizer state: all but
-        the loss), for the cross-rank check (``distributed.py``).  Before the
+        the loss), for the cross-rank check (``dynamic/verdict/ranks.py``).  Before the
         first update (``trained=False``) the parameters and buffers only: the
         first step's gradients are still being averaged.  Tensors of a
         subclass are left out: sharded ones (DTensor, FSDP's FlatParameter)
         differ across ranks by design."""
         import torch
 
-        from detaudit.dynamic.state import watched_state
-        from detaudit.dynamic.tracer import host_digest
+        from detaudit.dynamic.record.final_state import watched_state
+        from detaudit.dynamic.record.tracer import host_digest
 
         paused = self.tracer.paused if self.tracer else False
         if self.tracer:
@@ -226,7 +226,7 @@ class ChildSession:
         """Record where the script calls ``module.function_name`` itself, after
         detaudit made that setting: its call wins, and a variation of the
         setting then varies nothing."""
-        from detaudit.dynamic.watch import user_frame
+        from detaudit.dynamic.record.hooks import user_frame
 
         original = getattr(module, function_name)
         overrides = self.payload.setdefault("overrides", [])
@@ -249,14 +249,14 @@ class ChildSession:
     def run(self, script: str, args: list[str]) -> int:
         stop_run: type[BaseException] | tuple = ()  # what the step limit and the tracer stop a run with
         if self.watcher:  # (without them nothing raises it, and importing it would import torch)
-            from detaudit.dynamic.watch import StopRun as stop_run
+            from detaudit.dynamic.record.hooks import StopRun as stop_run
 
         sys.argv = [script, *args]
         sys.path[0] = str(Path(script).parent)  # what `python SCRIPT` puts first on the path
         exit_code = 0
         try:
             if self.config.get("batch_audit"):
-                from detaudit.dynamic.batch_run import audit_in_child
+                from detaudit.dynamic.batch.vary import audit_in_child
 
                 self.payload.update(audit_in_child(script, self.config["batch_audit"], self.output_dir))
             else:
@@ -289,7 +289,7 @@ class ChildSession:
             self._record_environment()  # no step ended: the settings at the end
         state = None
         if self.watcher:
-            from detaudit.dynamic.state import watched_state
+            from detaudit.dynamic.record.final_state import watched_state
 
             self.watcher.close()
             self.payload["steps"] = self.watcher.steps
@@ -302,7 +302,7 @@ class ChildSession:
         if self.fault is not None:
             self.payload["fault"] = self.fault.done
         if self.config.get("save_state") and state is not None:
-            from detaudit.dynamic.state import save_state
+            from detaudit.dynamic.record.final_state import save_state
 
             self.payload.update(save_state(state, self.output_dir / "state.pt"))
         sys.stdout.flush()

@@ -1,6 +1,6 @@
 """Run a user script in a fresh subprocess under detaudit's bootstrap.
 
-The child is ``python -m detaudit.dynamic.bootstrap``: it reads a JSON config
+The child is ``python -m detaudit.launch.bootstrap``: it reads a JSON config
 from an environment variable, prepares the process (seeds, thread count,
 determinism switches, step limit, tracing) and then runs the script as
 ``python SCRIPT ARGS`` would, in the same working directory.  Whatever the
@@ -48,14 +48,14 @@ class LaunchOptions:
     # put detaudit.runtime.environment.fingerprint() in the payload, as of the
     # end of the first optimizer step (the settings it trained with), else of the run
     record_environment: bool = False
-    trace: bool = False  # op-level tracing (detaudit.dynamic.tracer) written to trace.json
+    trace: bool = False  # op-level tracing (detaudit.dynamic.record.tracer) written to trace.json
     capture_ops: tuple[int, ...] = ()  # traced op indices whose tensors are saved; stops after the last
     allocation_fill: int | None = None  # traced: what torch.empty*'s memory is filled with (tracer.allocation_fill)
-    # instead of running the script: audit its batch entry point (detaudit.dynamic.batch_run)
+    # instead of running the script: audit its batch entry point (detaudit.dynamic.batch.vary)
     batch_audit: dict | None = None
     sampled_ops: tuple[int, ...] = ()  # of capture_ops: save a sample of the outputs only (tracer.output_sample)
     # traced: the reference run's trace.json, compared with op by op, keeping the tensors of the ops that
-    # differ (detaudit.dynamic.online_capture)
+    # differ (detaudit.dynamic.record.online_capture)
     compare_with: str | None = None
     keep_first_steps: bool = False  # traced: keep the tensors of the first steps' ops, for compare_with runs to need
     # remedies (detaudit run --remedy, dynamic/remedies.py), applied before the script like code pasted at its top
@@ -63,7 +63,7 @@ class LaunchOptions:
     seed_generators: tuple[str, ...] = ()  # calls that seed from the OS, given seeds instead (dynamic/generators.py)
     per_rank: bool = False  # one bootstrap per rank (torchrun.py): results, output and pid in rank<LOCAL_RANK>/
     replica_digests: bool = False  # digest the state at every step boundary, for the cross-rank check (distributed.py)
-    fault: dict | None = None  # test-only: perturb one op call's output (detaudit.dynamic.faults)
+    fault: dict | None = None  # test-only: perturb one op call's output (detaudit.dynamic.faults.spec)
 
 
 @dataclass
@@ -195,7 +195,7 @@ def run_script(
         env["PYTHONHASHSEED"] = str(options.hash_seed)
 
     process = subprocess.Popen(
-        [sys.executable, "-m", *launcher, "detaudit.dynamic.bootstrap"],
+        [sys.executable, "-m", *launcher, "detaudit.launch.bootstrap"],
         cwd=cwd,
         env=env,
         stdin=subprocess.DEVNULL,

@@ -5,7 +5,7 @@ the tensors of the records that differ; the reference keeps its first steps.
 
 ``detaudit run`` measures each root cause's deviation (max |diff|) and the
 divergence chart's from the tensors of both runs of a pair at the records
-that differed (``analysis.py``).  The reference run (run 1) cannot know those
+that differed (``verdict/build.py``).  The reference run (run 1) cannot know those
 records while it runs, but a later repeat can: given the reference's trace,
 ``OnlineCapture`` (the tracer's ``observer``) compares each record's op,
 shapes, arguments and input and output digests with the reference's record
@@ -49,9 +49,9 @@ from pathlib import Path
 
 import torch
 
-from detaudit.dynamic.divergence import STEPS_SHOWN
-from detaudit.dynamic.trace_format import ALLOCATED, EXTERNAL, OpRecord, Trace
-from detaudit.dynamic.tracer import full_capture, sampled_capture
+from detaudit.dynamic.compare.divergence import STEPS_SHOWN
+from detaudit.dynamic.compare.trace_format import ALLOCATED, EXTERNAL, OpRecord, Trace
+from detaudit.dynamic.record.tracer import full_capture, sampled_capture
 
 MAX_PER_SITE = 4  # records kept in full per (op, file, line): a site's first read one is its cause
 KEPT_BYTES = 512 << 20  # host memory for what is kept, in full and sampled

@@ -40,7 +40,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-from detaudit.dynamic.causes import (
+from detaudit.dynamic.compare.causes import (
     COLLECTIVE,
     CONTROL_FLOW,
     EXTERNAL_INPUT,
@@ -54,7 +54,7 @@ from detaudit.dynamic.causes import (
     OtherSide,
     RngStateChange,
 )
-from detaudit.dynamic.trace_format import ALLOCATED, EXTERNAL, PRODUCED, UNINIT, OpRecord, Trace, is_python_value
+from detaudit.dynamic.compare.trace_format import ALLOCATED, EXTERNAL, PRODUCED, UNINIT, OpRecord, Trace, is_python_value
 
 
 class Site(NamedTuple):

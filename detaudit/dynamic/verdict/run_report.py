@@ -24,8 +24,8 @@ import io
 from dataclasses import asdict, dataclass, field
 from xml.etree import ElementTree
 
-from detaudit.dynamic.causes import CauseKind, OtherSide
-from detaudit.dynamic.divergence import Divergence
+from detaudit.dynamic.compare.causes import CauseKind, OtherSide
+from detaudit.dynamic.compare.divergence import Divergence
 from detaudit.findings import Finding, Severity
 
 DETERMINISTIC = "deterministic"
@@ -94,7 +94,7 @@ class RunReport:
     repeats: int
     steps: int
     root_causes: list[RootCause]
-    tensors: list[dict]  # detaudit.dynamic.state.TensorDiff dicts, worst pair per tensor
+    tensors: list[dict]  # detaudit.dynamic.record.final_state.TensorDiff dicts, worst pair per tensor
     environment: dict
     propagated_ops: int = 0  # ops that differ only downstream of a root cause
     traced_ops: int = 0

@@ -30,8 +30,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from detaudit.dynamic.launch import LaunchOptions, run_script
-from detaudit.dynamic.remedies import (
+from detaudit.launch.process import LaunchOptions, run_script
+from detaudit.dynamic.remedy.catalogue import (
     FULL_DETERMINISM,
     FULL_DETERMINISM_TITLE,
     REMEDIES,
@@ -43,7 +43,7 @@ from detaudit.dynamic.remedies import (
     failure_summary,
     paste_code,
 )
-from detaudit.dynamic.report import RootCause, RunReport
+from detaudit.dynamic.verdict.run_report import RootCause, RunReport
 from detaudit.dynamic.variations import VARIATIONS
 
 DEFAULT_TITLE = "default"
@@ -404,7 +404,7 @@ def _time_configurations(
     cwd: str | None,
     progress: Callable[[str], None],
 ) -> list[Timing]:
-    from detaudit.dynamic.saved_state import SavedState, compare_saved_states
+    from detaudit.dynamic.compare.state_diff import SavedState, compare_saved_states
 
     configurations = [
         Timing(DEFAULT_TITLE, None, {}),

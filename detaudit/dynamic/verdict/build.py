@@ -1,12 +1,12 @@
 """From the traces and final states of R repeats to a ``RunReport``.
 
-The final states are compared by their digests (``saved_state.py``): torch
+The final states are compared by their digests (``compare/state_diff.py``): torch
 is imported only to measure tensors that differ.
 
 Run 0 is the reference; every other run is compared with it (R-1 pairs).  The
 same root cause found in several pairs is one cause seen k times; it reaches
 the final state when it did so in any pair, else it is latent (see
-``compare.py``).  With a
+``compare/classify.py``).  With a
 variation (``variations.py``), run 1 repeats run 0's setting (the control
 pair) and later runs change it: a cause that only shows in varied pairs is
 attributed to the variation.  The deviation of each cause's tensor is measured
@@ -14,7 +14,7 @@ from a targeted capture (``capture(pair, records, sampled)``), supplied by the
 caller: the reference's and the other run's tensors at those records, from
 reruns of them, or for the other run from what it kept as it ran (``runner.py``).  The first
 pair that differed also gives the divergence chart's data
-(``divergence.py``): its capture rerun samples the outputs of the records
+(``compare/divergence.py``): its capture rerun samples the outputs of the records
 that differed, so the chart and the root causes come from the same rerun.
 """
 
@@ -23,11 +23,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
-from detaudit.dynamic.causes import NONDETERMINISTIC_OP
-from detaudit.dynamic.compare import CauseAt, PairComparison, Site, Trace, compare_traces, first_step
-from detaudit.dynamic.divergence import ROOT, Divergence, divergence_of, root_causes_by_record
-from detaudit.dynamic.report import FINAL_STATE, LATENT, RootCause, RunReport
-from detaudit.dynamic.saved_state import SavedState, compare_saved_states
+from detaudit.dynamic.compare.causes import NONDETERMINISTIC_OP
+from detaudit.dynamic.compare.classify import CauseAt, PairComparison, Site, Trace, compare_traces, first_step
+from detaudit.dynamic.compare.divergence import ROOT, Divergence, divergence_of, root_causes_by_record
+from detaudit.dynamic.verdict.run_report import FINAL_STATE, LATENT, RootCause, RunReport
+from detaudit.dynamic.compare.state_diff import SavedState, compare_saved_states
 from detaudit.dynamic.variations import Variation
 
 # capture(k, records, sampled) -> ({record: {"inputs": [...], "outputs": [...]}} of run 0, same of run k);
@@ -197,7 +197,7 @@ def _measure_deviations(
 
 def _cause_deviation(reference: dict, other: dict, cause: CauseAt) -> float | None:
     """max |diff| of the tensors that show a cause (None when not captured)."""
-    from detaudit.dynamic.state import tensor_diff
+    from detaudit.dynamic.record.final_state import tensor_diff
 
     tensors_a = reference.get(cause.capture_record, {}).get(cause.capture_side, [])
     tensors_b = other.get(cause.capture_record, {}).get(cause.capture_side, [])
@@ -217,7 +217,7 @@ def _cause_deviation(reference: dict, other: dict, cause: CauseAt) -> float | No
 def _measure_divergence(divergence: Divergence, reference: dict, other: dict, causes: dict[int, CauseAt]) -> None:
     """Each chart point's max |diff|: a root cause captured in full as its
     cause is measured, any other record over its (sampled) outputs."""
-    from detaudit.dynamic.state import tensor_diff
+    from detaudit.dynamic.record.final_state import tensor_diff
 
     for point in divergence.points:
         captured_a, captured_b = reference.get(point.record), other.get(point.record)

@@ -12,7 +12,7 @@ random code.  Backend settings are named by their id in the settings table
 for the audited torch make the pasted code.
 
 Which remedies fit a cause (``candidates``): its kind's ``remedies``
-(``causes.py``), except for a nondeterministic op the ops table knows: then
+(``compare/causes.py``), except for a nondeterministic op the ops table knows: then
 the table's entry says what fixes it (deterministic algorithms where they
 switch the op to a deterministic kernel, one CPU thread, settings such as
 cuDNN's), and where deterministic algorithms raise, what to compute instead.
@@ -26,8 +26,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Mapping
 
-from detaudit.dynamic.causes import CAUSE_KINDS, NONDETERMINISTIC_OP
-from detaudit.dynamic.generators import GENERATORS, paste_code as generators_code
+from detaudit.dynamic.compare.causes import CAUSE_KINDS, NONDETERMINISTIC_OP
+from detaudit.launch.seed_generators import GENERATORS, paste_code as generators_code
 from detaudit.knowledge.backend_settings import Setting, backend_settings
 from detaudit.knowledge.ops import version_in_range
 
@@ -296,4 +296,4 @@ def check_registry() -> None:
     for kind in CAUSE_KINDS.values():
         for name in kind.remedies:
             if name not in REMEDIES:
-                raise LookupError(f"cause kind {kind.name} names remedy {name!r}, which remedies.py lacks")
+                raise LookupError(f"cause kind {kind.name} names remedy {name!r}, which remedy/catalogue.py lacks")

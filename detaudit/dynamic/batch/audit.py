@@ -57,8 +57,8 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
-from detaudit.dynamic.batch_report import BatchCause, BatchCell, BatchReport
-from detaudit.dynamic.causes import (
+from detaudit.dynamic.batch.report import BatchCause, BatchCell, BatchReport
+from detaudit.dynamic.compare.causes import (
     BATCH_VARIANT_OP,
     CONTROL_FLOW,
     NONDETERMINISTIC_OP,
@@ -67,9 +67,9 @@ from detaudit.dynamic.causes import (
     CauseKind,
     OtherRunOp,
 )
-from detaudit.dynamic.state import returned_state, tensor_diff
-from detaudit.dynamic.tracer import ALLOCATION_OPS, OpTracer
-from detaudit.dynamic.watch import TrainingWatcher, user_frame, variable_name
+from detaudit.dynamic.record.final_state import returned_state, tensor_diff
+from detaudit.dynamic.record.tracer import ALLOCATION_OPS, OpTracer
+from detaudit.dynamic.record.hooks import TrainingWatcher, user_frame, variable_name
 
 DEFAULT_BATCH_SIZES = (1, 2, 4, 8, 32)
 Positions = Union[Sequence[int], str, None]  # None: first, middle, last; "all"; or indices (negative from the end)

@@ -30,7 +30,7 @@ The element moves to the next representable value toward +inf (floats; the
 real part of a complex), up by one (integers, wrapping) or flips (bool).
 
 This module reads the spec (the parent process reads it too: no torch);
-``fault_injector.py`` applies it in the child.
+``injector.py`` applies it in the child.
 """
 
 from __future__ import annotations

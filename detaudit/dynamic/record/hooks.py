@@ -23,7 +23,7 @@ import torch
 from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
 
 _TORCH_DIR = str(Path(torch.__file__).resolve().parent)
-_DETAUDIT_DIR = str(Path(__file__).resolve().parents[1])
+_DETAUDIT_DIR = str(Path(__file__).resolve().parents[2])  # detaudit/
 _STDLIB_DIRS = tuple({sysconfig.get_paths()["stdlib"], sysconfig.get_paths()["platstdlib"]})
 
 

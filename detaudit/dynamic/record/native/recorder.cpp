@@ -11,7 +11,7 @@
 // any op while one is pending), an op with a storage argument and an op on a
 // tensor subclass other than Parameter go to OpTracer.record whole; a digest
 // that is not a small contiguous CPU tensor's CRC-32 goes to
-// OpTracer._stage_digest.  Built and loaded by native.py; held to the Python
+// OpTracer._stage_digest.  Built and loaded by native/__init__.py; held to the Python
 // recorder by tests/test_dynamic_native.py.
 //
 // Every Python object here is an owned reference held by Ref, or borrowed

@@ -12,7 +12,7 @@ freed:
   yet (``ALLOCATED``), or no traced op made them (``EXTERNAL``), with the
   record that did or that first read them.
 
-``StorageTables`` here is the reference.  ``native_record.cpp`` has its
+``StorageTables`` here is the reference.  ``native/recorder.cpp`` has its
 compiled twin, ``native_record.StorageTables``, with the same methods: it keys
 storages by their C++ object and keeps no Python object per tensor, and the
 compiled recorder reads it without a Python call.  A tracer has one table
@@ -31,7 +31,7 @@ import weakref
 
 import torch
 
-from detaudit.dynamic.trace_format import ALLOCATED, EXTERNAL, PRODUCED, UNINIT
+from detaudit.dynamic.compare.trace_format import ALLOCATED, EXTERNAL, PRODUCED, UNINIT
 
 MIN_FORGET_AT = 4096  # entries in the tables before freed storages are first dropped
 

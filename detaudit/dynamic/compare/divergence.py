@@ -8,7 +8,7 @@ something upstream did); a control-flow divergence ends the comparison where
 the runs start to execute different ops.
 
 The deviation of each differing record (max |diff|) is measured from the
-captures of that pair that measure its root causes (``analysis.py``), never
+captures of that pair that measure its root causes (``verdict/build.py``), never
 by the trace: tracing costs nothing more for it.  A root cause's record is measured as its
 ``RootCause`` is (the same number); other records over their outputs, in full
 up to ``tracer.SAMPLE_ELEMENTS`` elements and over that many evenly spaced
@@ -24,9 +24,9 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import NamedTuple
 
-from detaudit.dynamic.causes import CONTROL_FLOW
-from detaudit.dynamic.compare import CauseAt, PairComparison
-from detaudit.dynamic.trace_format import UNINIT, Trace
+from detaudit.dynamic.compare.causes import CONTROL_FLOW
+from detaudit.dynamic.compare.classify import CauseAt, PairComparison
+from detaudit.dynamic.compare.trace_format import UNINIT, Trace
 
 ROOT, PROPAGATED = "root", "propagated"
 STEPS_SHOWN = 2  # the step where the runs part ways and the next one

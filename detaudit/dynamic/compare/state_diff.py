@@ -1,6 +1,6 @@
 """A run's final state as the parent of ``detaudit run`` compares it, without torch.
 
-The child writes its final state (``state.py``) and, beside it, each tensor's
+The child writes its final state (``record/final_state.py``) and, beside it, each tensor's
 dtype, shape and digest (the tracer's ``host_digest`` of its CPU copy).  Two
 states are compared by those: a tensor whose digests agree is identical, bit
 for bit.  Only when some digests differ (or one could not be taken) are the
@@ -48,7 +48,7 @@ class SavedState:
         """The state a child saved (``state.save_state``'s payload entries)."""
 
         def load() -> dict:
-            from detaudit.dynamic.state import load_state
+            from detaudit.dynamic.record.final_state import load_state
 
             return load_state(path)
 
@@ -57,7 +57,7 @@ class SavedState:
     @classmethod
     def of_tensors(cls, tensors: dict) -> "SavedState":
         """A state held in this process (the in-process ``audit()``)."""
-        from detaudit.dynamic.state import state_digests
+        from detaudit.dynamic.record.final_state import state_digests
 
         return cls(state_digests(tensors), lambda: tensors)
 
@@ -79,7 +79,7 @@ def compare_saved_states(a: SavedState, b: SavedState) -> list[TensorDiff]:
         if mine is None or theirs is None:
             diffs.append(missing_diff(name, (mine or theirs)[1]))
         elif mine != theirs or mine[2] is None:
-            from detaudit.dynamic.state import tensor_diff
+            from detaudit.dynamic.record.final_state import tensor_diff
 
             diff = tensor_diff(name, a.tensor(name), b.tensor(name))
             if diff:

@@ -1,7 +1,7 @@
 """Run a user script once under torchrun: one bootstrap per rank.
 
 ``python -m torch.distributed.run --standalone --nproc-per-node N ... -m
-detaudit.dynamic.bootstrap`` starts every rank with the environment that
+detaudit.launch.bootstrap`` starts every rank with the environment that
 ``init_process_group()`` (env://) reads, so the script runs unchanged.  Each
 rank's bootstrap writes its results, its output and its pid into
 ``rank<R>/`` of the run's output directory (``bootstrap.enter_rank_folder``).
@@ -32,7 +32,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Sequence
 
-from detaudit.dynamic.launch import LaunchOptions, ScriptResult, kill_process_group, run_script
+from detaudit.launch.process import LaunchOptions, ScriptResult, kill_process_group, run_script
 
 #: how long the ranks get to write their stacks after SIGUSR1
 _STACK_DUMP_SECONDS = 1.0
@@ -149,14 +149,14 @@ def _kill_rank_groups(output_dir: Path, ranks: range) -> None:
             command = Path(f"/proc/{pid}/cmdline").read_bytes()
         except (OSError, ValueError):  # never started, gone, or no /proc: nothing known to kill
             continue
-        if b"detaudit.dynamic.bootstrap" in command:
+        if b"detaudit.launch.bootstrap" in command:
             kill_process_group(pid)
 
 
 def _rank_result(folder: Path, launcher: ScriptResult) -> ScriptResult:
     """One rank's result, read from its folder; a rank that wrote no
     payload ended as torchrun did (killed, or timed out with it)."""
-    from detaudit.dynamic.launch import PAYLOAD_NAME, _read_payload
+    from detaudit.launch.process import PAYLOAD_NAME, _read_payload
 
     payload = _read_payload(folder / PAYLOAD_NAME)
     returncode = payload.get("exit_code", None if launcher.timed_out else (launcher.returncode or 1))

@@ -5,7 +5,7 @@ their gradients (``<param>.grad``), buffers (BatchNorm running stats),
 optimizer state (``optimizer.state[<param>].exp_avg``) and the loss.  Two
 states are compared exactly, tensor by tensor (``tensor_diff``), where their
 digests differ: a saved state comes with each tensor's digest, so that the
-parent of ``detaudit run`` compares states without torch (``saved_state.py``).
+parent of ``detaudit run`` compares states without torch (``compare/state_diff.py``).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from pathlib import Path
 
 import torch
 
-from detaudit.dynamic.saved_state import TensorDiff
+from detaudit.dynamic.compare.state_diff import TensorDiff
 
 
 def module_state(name: str, module: torch.nn.Module) -> dict[str, torch.Tensor]:
@@ -92,8 +92,8 @@ def cpu_copy(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
 
 
 def state_digests(state: dict[str, torch.Tensor]) -> dict[str, list]:
-    """Each tensor's [dtype, shape, digest] (``saved_state.SavedState.digests``)."""
-    from detaudit.dynamic.tracer import host_digest
+    """Each tensor's [dtype, shape, digest] (``state_diff.SavedState.digests``)."""
+    from detaudit.dynamic.record.tracer import host_digest
 
     digests = {}
     for name, tensor in state.items():

@@ -6,7 +6,7 @@ op's own: in a dispatch mode stack the mode entered last sees an op first,
 and its ``func(...)`` call is what reaches the modes under it.  With a tracer,
 only the ops the tracer itself dispatches are counted (not the ops it runs to
 take digests or captures), and a call's site is the tracer's own
-attribution, so a spec (``faults.py``) names an op exactly as the report
+attribution, so a spec (``spec.py``) names an op exactly as the report
 does.  Ops run inside a dispatch handler are below autograd: perturbing an
 output there bumps no version counter, so autograd's checks of saved tensors
 are not disturbed.  Imports torch.
@@ -20,10 +20,10 @@ import sys
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from detaudit.dynamic.faults import FAULT_ENV, FaultSpecError
-from detaudit.dynamic.trace_format import FORWARD
-from detaudit.dynamic.tracer import never_compiled, skips_dynamo_per_call
-from detaudit.dynamic.watch import user_frame
+from detaudit.dynamic.faults.spec import FAULT_ENV, FaultSpecError
+from detaudit.dynamic.compare.trace_format import FORWARD
+from detaudit.dynamic.record.tracer import never_compiled, skips_dynamo_per_call
+from detaudit.dynamic.record.hooks import user_frame
 
 _INT_OF_SIZE = {1: torch.int8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
 

@@ -12,8 +12,8 @@ from __future__ import annotations
 import io
 from dataclasses import dataclass, field
 
-from detaudit.dynamic.causes import CauseKind, OtherRunOp, cause_kind
-from detaudit.dynamic.report import flat_environment, junit_xml
+from detaudit.dynamic.compare.causes import CauseKind, OtherRunOp, cause_kind
+from detaudit.dynamic.verdict.run_report import flat_environment, junit_xml
 from detaudit.findings import Finding
 
 INVARIANT = "batch-invariant"

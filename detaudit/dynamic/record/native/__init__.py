@@ -1,6 +1,6 @@
-"""The compiled op recorder, ``native_record.cpp``: how it is built and loaded.
+"""The compiled op recorder, ``recorder.cpp``: how it is built and loaded.
 
-``OpTracer.record`` (tracer.py) is the reference; the compiled recorder
+``OpTracer.record`` (``record/tracer.py``) is the reference; the compiled recorder
 does the same on the same state for the common op, at about a third of the
 added cost per op, and hands it the rest.  The same library holds the
 compiled storage tables (``storage_tables.py``'s twin), which a tracer uses
@@ -34,7 +34,7 @@ import tempfile
 from pathlib import Path
 from typing import Callable
 
-SOURCE = Path(__file__).with_name("native_record.cpp")
+SOURCE = Path(__file__).with_name("recorder.cpp")
 MODULE_NAME = "native_record"
 BUILD_TIMEOUT_S = 300
 _loaded = None  # the configured module, False once it could not be loaded in this process
@@ -94,7 +94,7 @@ def ensure_built(announce: Callable[[str], None] | None = None) -> bool:
             announce(f"building the tracer's compiled op recorder into {library.parent} (once per torch; about 20 s)")
         try:
             subprocess.run(
-                [sys.executable, "-m", "detaudit.dynamic.native"],
+                [sys.executable, "-m", "detaudit.dynamic.record.native"],
                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=BUILD_TIMEOUT_S + 60, check=False,
             )
         except (OSError, subprocess.TimeoutExpired):
@@ -178,7 +178,7 @@ def _load():
         loader.exec_module(module)
     except (ImportError, OSError):  # built against another torch or libc than this process has
         return None
-    from detaudit.dynamic import tracer
+    from detaudit.dynamic.record import tracer
 
     module.configure(tracer.native_constants())
     return module
