@@ -50,8 +50,8 @@ from torch import nn
 from torch.utils._python_dispatch import TorchDispatchMode
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from detaudit.dynamic.record.tracer import OpTracer  # noqa: E402
 from detaudit.dynamic.record.hooks import TrainingWatcher  # noqa: E402
+from detaudit.dynamic.record.tracer import OpTracer  # noqa: E402
 
 
 def small_cnn(device):

@@ -10,12 +10,11 @@ from pathlib import Path
 
 import pytest
 import torch
+from batch_truth import differing_samples, variant_cells
 
 import detaudit
 from detaudit.dynamic.batch.audit import BatchInvarianceError, batch_positions, sample_slices
 from detaudit.dynamic.batch.report import BatchReport
-
-from batch_truth import differing_samples, variant_cells
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "dynamic" / "batch"
 

@@ -10,8 +10,8 @@ from dataclasses import fields
 import pytest
 
 from detaudit.dynamic.compare.causes import CAUSE_KINDS, RNG, CauseKind, _register
-from detaudit.launch.process import LaunchOptions
 from detaudit.dynamic.variations import VARIATIONS
+from detaudit.launch.process import LaunchOptions
 
 
 def test_a_kind_is_its_name_and_stays_the_registrys_object():

@@ -9,8 +9,9 @@ import torch
 import detaudit
 from detaudit.dynamic.compare.classify import Trace, compare_traces
 from detaudit.dynamic.compare.divergence import PROPAGATED, ROOT, divergence_of
-from detaudit.dynamic.record.tracer import SAMPLE_ELEMENTS, OpTracer, output_sample
+from detaudit.dynamic.record.digests import SAMPLE_ELEMENTS, output_sample
 from detaudit.dynamic.record.hooks import TrainingWatcher
+from detaudit.dynamic.record.tracer import OpTracer
 
 
 def two_embedding_steps():

@@ -26,9 +26,9 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 from detaudit.dynamic.record import native
+from detaudit.dynamic.record.hooks import StopRun, TrainingWatcher
 from detaudit.dynamic.record.online_capture import OnlineCapture
 from detaudit.dynamic.record.tracer import OpTracer
-from detaudit.dynamic.record.hooks import StopRun, TrainingWatcher
 
 ROOT = Path(__file__).resolve().parents[1]
 HAS_COMPILER = shutil.which("c++") is not None
@@ -284,6 +284,7 @@ with tracer:
     (torch.ones(3) * 2).sum()
 mode = tracer._modes[0]
 print(json.dumps({"loaded": native.load() is not None, "compiled": hasattr(mode, "_native_state"), "ops": len(tracer.records)}))
+print(tracer.recorder)
 """
 
 
@@ -291,7 +292,15 @@ def _load_and_trace(tmp_path, **environment) -> dict:
     env = {**os.environ, "DETAUDIT_NATIVE_CACHE": str(tmp_path / "cache"), **environment}
     done = subprocess.run([sys.executable, "-c", _LOAD_AND_TRACE], env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
-    return json.loads(done.stdout.splitlines()[-1])
+    return json.loads(done.stdout.splitlines()[-2])
+
+
+def _recorder(tmp_path, **environment) -> str:
+    """Which recorder a tracer in a fresh process says it uses (``OpTracer.recorder``)."""
+    env = {**os.environ, "DETAUDIT_NATIVE_CACHE": str(tmp_path / "cache"), **environment}
+    done = subprocess.run([sys.executable, "-c", _LOAD_AND_TRACE], env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    return done.stdout.splitlines()[-1]
 
 
 def test_without_a_compiler_the_tracer_records_in_python_and_tries_again_later(tmp_path):
@@ -304,6 +313,22 @@ def test_a_failed_build_is_logged_once_and_the_tracer_records_in_python(tmp_path
     [log] = (tmp_path / "cache").glob("*.failed.log")
     assert log.read_text().startswith("false ")
     assert _load_and_trace(tmp_path, CXX="false")["loaded"] is False  # not retried: the log stays
+
+
+@needs_compiler
+def test_a_failed_build_is_retried_once_the_compiler_changes(tmp_path):
+    assert _load_and_trace(tmp_path, CXX="false")["loaded"] is False
+    assert _recorder(tmp_path, CXX="false").startswith("python (its build failed (log: ")
+    # another compiler (as when one is installed or $CXX fixed): the old failure no longer counts
+    assert _load_and_trace(tmp_path) == {"loaded": True, "compiled": True, "ops": 3}
+    assert not list((tmp_path / "cache").glob("*.failed.log"))
+    assert _recorder(tmp_path) == "compiled"
+
+
+def test_the_tracer_says_which_recorder_it_uses_and_why_not_the_compiled_one(tmp_path):
+    assert _recorder(tmp_path, DETAUDIT_NATIVE="0") == "python (DETAUDIT_NATIVE=0)"
+    missing = str(tmp_path / "no-such-compiler")
+    assert _recorder(tmp_path, CXX=missing) == f"python (no C++ compiler ({missing!r} not found; set $CXX))"
 
 
 def test_detaudit_native_0_turns_the_compiled_recorder_off(tmp_path):

@@ -7,8 +7,8 @@ import pytest
 import torch
 
 from detaudit.dynamic.compare.classify import Trace, compare_traces
-from detaudit.dynamic.compare.state_diff import SavedState, compare_saved_states
-from detaudit.dynamic.record.final_state import state_digests, tensor_diff
+from detaudit.dynamic.compare.state_diff import SavedState, compare_saved_states, tensor_diff
+from detaudit.dynamic.record.final_state import state_digests
 from detaudit.dynamic.record.tracer import OpTracer
 
 
@@ -53,7 +53,7 @@ def test_saved_states_are_compared_by_digest_and_loaded_only_where_they_differ()
 def _digests(tensor: torch.Tensor, device_path: bool = False) -> int:
     tracer = OpTracer()
     if device_path:  # the non-CPU digest's arithmetic, run on CPU: staged, then flushed in one transfer
-        tracer._staged.append(tracer._device_digest(tensor))
+        tracer._staged.append(tracer._device_digests.digest(tensor))
         tracer.flush()
         return tracer.digests[0]
     digest_id = tracer._stage_digest(tensor)

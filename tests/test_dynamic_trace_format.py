@@ -9,9 +9,18 @@ from pathlib import Path
 
 import torch
 
-from detaudit.dynamic.compare.trace_format import ALLOCATED, BACKWARD, FORWARD, OPTIMIZER, UNINIT, OpRecord, RngEvent, Trace
-from detaudit.dynamic.record.tracer import OpTracer
+from detaudit.dynamic.compare.trace_format import (
+    ALLOCATED,
+    BACKWARD,
+    FORWARD,
+    OPTIMIZER,
+    UNINIT,
+    OpRecord,
+    RngEvent,
+    Trace,
+)
 from detaudit.dynamic.record.hooks import TrainingWatcher
+from detaudit.dynamic.record.tracer import OpTracer
 
 ROOT = Path(__file__).resolve().parents[1]
 

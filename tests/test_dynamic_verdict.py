@@ -18,9 +18,9 @@ import torch
 
 import detaudit
 from detaudit.cli import main
-from detaudit.dynamic.verdict.run_report import RunReport
 from detaudit.dynamic.compare.trace_format import EXTERNAL, UNREAD, Trace
 from detaudit.dynamic.record.tracer import OpTracer
+from detaudit.dynamic.verdict.run_report import RunReport
 from detaudit.runtime.environment import fingerprint
 from detaudit.testing import assert_deterministic
 

@@ -18,9 +18,6 @@ from detaudit.dynamic.compare.causes import (
     NONDETERMINISTIC_OP,
     THREAD_COUNT,
 )
-from detaudit.launch.seed_generators import GENERATORS, RESEEDER
-from detaudit.launch.seed_generators import paste_code as generators_code
-from detaudit.launch.process import LaunchOptions, run_script
 from detaudit.dynamic.remedy.catalogue import (
     REMEDIES,
     Conflict,
@@ -35,6 +32,9 @@ from detaudit.dynamic.remedy.catalogue import (
 from detaudit.dynamic.verdict.run_report import RootCause
 from detaudit.knowledge.apis import RESEED_FROM_ENTROPY
 from detaudit.knowledge.ops import load_ops_table
+from detaudit.launch.process import LaunchOptions, run_script
+from detaudit.launch.seed_generators import GENERATORS, RESEEDER
+from detaudit.launch.seed_generators import paste_code as generators_code
 from detaudit.static.rules.entropy import SEEDED_BY_OS_WHEN_NONE
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -11,9 +11,9 @@ import sys
 from pathlib import Path
 from xml.etree import ElementTree
 
-from detaudit.cli import main
-
 from batch_truth import differing_samples, variant_cells
+
+from detaudit.cli import main
 
 ROOT = Path(__file__).resolve().parents[1]
 BATCH = ROOT / "fixtures" / "dynamic" / "batch"

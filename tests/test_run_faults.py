@@ -23,8 +23,8 @@ from xml.etree import ElementTree
 import pytest
 
 from detaudit.cli import main
-from detaudit.launch.process import EXIT_GRACE_SECONDS, OUTPUT_TAIL_BYTES, LaunchOptions, run_script
 from detaudit.dynamic.runner import audit_script
+from detaudit.launch.process import EXIT_GRACE_SECONDS, OUTPUT_TAIL_BYTES, LaunchOptions, run_script
 
 ROOT = Path(__file__).resolve().parents[1]
 FAULTS = ROOT / "fixtures" / "dynamic" / "faults"

@@ -18,11 +18,11 @@ from detaudit.dynamic.verdict.run_report import RunReport
 def _run_traced(
     step: Callable[[], Any], seed: int | None, deterministic: bool, fill: int, capture_ops=(), setup=None, sampled_ops=()
 ):
-    from detaudit.launch.bootstrap import seed_all
     from detaudit.dynamic.compare.classify import Trace
     from detaudit.dynamic.record.final_state import cpu_copy, returned_state
-    from detaudit.dynamic.record.tracer import OpTracer
     from detaudit.dynamic.record.hooks import StopRun, TrainingWatcher
+    from detaudit.dynamic.record.tracer import OpTracer
+    from detaudit.launch.bootstrap import seed_all
 
     if setup is not None:
         setup()
@@ -64,8 +64,8 @@ def audit(
     ``setup`` runs before each repeat, untraced: it can put back state that
     ``step`` changes but did not create (a model built once, outside it).
     ``strict``: a latent difference fails the report too (``report.passed``)."""
-    from detaudit.dynamic.verdict.build import build_report
     from detaudit.dynamic.compare.state_diff import SavedState
+    from detaudit.dynamic.verdict.build import build_report
 
     if repeats < 2:
         raise ValueError("repeats must be at least 2 (one run has nothing to compare with)")

@@ -35,9 +35,9 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from detaudit.dynamic.faults.spec import fault_for_repeat
-from detaudit.launch.process import LaunchOptions, ScriptResult, run_script, terminate_all
-from detaudit.dynamic.verdict.run_report import RunFailure
 from detaudit.dynamic.variations import VARIATIONS
+from detaudit.dynamic.verdict.run_report import RunFailure
+from detaudit.launch.process import LaunchOptions, ScriptResult, run_script, terminate_all
 from detaudit.report.progress import NoProgress
 
 
@@ -73,10 +73,10 @@ def audit_script(
     (the remedies ``--remedy`` tries).  ``measure=False`` skips the capture
     reruns that measure each cause's deviation.  ``jobs``: runs at a time
     (see the module docstring)."""
-    from detaudit.dynamic.verdict.build import build_report
     from detaudit.dynamic.compare.classify import Trace
     from detaudit.dynamic.compare.state_diff import SavedState
     from detaudit.dynamic.record import native
+    from detaudit.dynamic.verdict.build import build_report
 
     # here, once: no run's time limit pays for building the compiled recorder
     native.ensure_built(announce=lambda text: print(f"detaudit: {text}", file=sys.stderr, flush=True))
@@ -283,10 +283,10 @@ def audit_distributed(
     checked across ranks (``verdict/ranks.py``).  A run that fails names the
     rank that failed first (or hung) with its output.  No capture reruns:
     deviations are not measured."""
-    from detaudit.dynamic.verdict.build import build_report
     from detaudit.dynamic.compare.classify import Trace
-    from detaudit.dynamic.verdict.ranks import merge_ranks
     from detaudit.dynamic.compare.state_diff import SavedState
+    from detaudit.dynamic.verdict.build import build_report
+    from detaudit.dynamic.verdict.ranks import merge_ranks
     from detaudit.launch.torchrun import run_distributed
 
     progress = progress or NoProgress()

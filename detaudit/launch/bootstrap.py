@@ -177,8 +177,8 @@ class ChildSession:
         differ across ranks by design."""
         import torch
 
+        from detaudit.dynamic.record.digests import host_digest
         from detaudit.dynamic.record.final_state import watched_state
-        from detaudit.dynamic.record.tracer import host_digest
 
         paused = self.tracer.paused if self.tracer else False
         if self.tracer:

@@ -53,7 +53,7 @@ class LaunchOptions:
     allocation_fill: int | None = None  # traced: what torch.empty*'s memory is filled with (tracer.allocation_fill)
     # instead of running the script: audit its batch entry point (detaudit.dynamic.batch.vary)
     batch_audit: dict | None = None
-    sampled_ops: tuple[int, ...] = ()  # of capture_ops: save a sample of the outputs only (tracer.output_sample)
+    sampled_ops: tuple[int, ...] = ()  # of capture_ops: save a sample of the outputs only (record/digests.output_sample)
     # traced: the reference run's trace.json, compared with op by op, keeping the tensors of the ops that
     # differ (detaudit.dynamic.record.online_capture)
     compare_with: str | None = None

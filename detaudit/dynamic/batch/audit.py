@@ -67,9 +67,11 @@ from detaudit.dynamic.compare.causes import (
     CauseKind,
     OtherRunOp,
 )
-from detaudit.dynamic.record.final_state import returned_state, tensor_diff
-from detaudit.dynamic.record.tracer import ALLOCATION_OPS, OpTracer
+from detaudit.dynamic.compare.state_diff import tensor_diff
+from detaudit.dynamic.record.final_state import returned_state
 from detaudit.dynamic.record.hooks import TrainingWatcher, user_frame, variable_name
+from detaudit.dynamic.record.op_info import ALLOCATION_OPS
+from detaudit.dynamic.record.tracer import OpTracer
 
 DEFAULT_BATCH_SIZES = (1, 2, 4, 8, 32)
 Positions = Union[Sequence[int], str, None]  # None: first, middle, last; "all"; or indices (negative from the end)

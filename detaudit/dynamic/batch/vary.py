@@ -54,8 +54,8 @@ def audit_batch_script(
     """Run the script's batch entry point in a child process; its report.
     Raises ``runner.ScriptFailed`` when the child fails (a crash, no entry
     point, a model that fails on a batch)."""
-    from detaudit.dynamic.verdict.run_report import RunFailure
     from detaudit.dynamic.runner import ScriptFailed
+    from detaudit.dynamic.verdict.run_report import RunFailure
 
     audit = {"target": script, "seed": 0 if seed is None else seed, "positions": positions}
     if batch_sizes is not None:

@@ -54,7 +54,15 @@ from detaudit.dynamic.compare.causes import (
     OtherSide,
     RngStateChange,
 )
-from detaudit.dynamic.compare.trace_format import ALLOCATED, EXTERNAL, PRODUCED, UNINIT, OpRecord, Trace, is_python_value
+from detaudit.dynamic.compare.trace_format import (
+    ALLOCATED,
+    EXTERNAL,
+    PRODUCED,
+    UNINIT,
+    OpRecord,
+    Trace,
+    is_python_value,
+)
 
 
 class Site(NamedTuple):

@@ -11,7 +11,7 @@ The deviation of each differing record (max |diff|) is measured from the
 captures of that pair that measure its root causes (``verdict/build.py``), never
 by the trace: tracing costs nothing more for it.  A root cause's record is measured as its
 ``RootCause`` is (the same number); other records over their outputs, in full
-up to ``tracer.SAMPLE_ELEMENTS`` elements and over that many evenly spaced
+up to ``record.digests.SAMPLE_ELEMENTS`` elements and over that many evenly spaced
 elements of a larger output (a lower bound, flagged ``sampled``).  At most
 ``MAX_MEASURED_RECORDS`` records are measured, evenly spread over the range;
 the others show as differing, unmeasured.

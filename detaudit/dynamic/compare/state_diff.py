@@ -45,7 +45,7 @@ class SavedState:
 
     @classmethod
     def of_file(cls, path: str, digests: dict[str, list]) -> "SavedState":
-        """The state a child saved (``state.save_state``'s payload entries)."""
+        """The state a child saved (``final_state.save_state``'s payload entries)."""
 
         def load() -> dict:
             from detaudit.dynamic.record.final_state import load_state
@@ -79,9 +79,51 @@ def compare_saved_states(a: SavedState, b: SavedState) -> list[TensorDiff]:
         if mine is None or theirs is None:
             diffs.append(missing_diff(name, (mine or theirs)[1]))
         elif mine != theirs or mine[2] is None:
-            from detaudit.dynamic.record.final_state import tensor_diff
-
             diff = tensor_diff(name, a.tensor(name), b.tensor(name))
             if diff:
                 diffs.append(diff)
     return diffs
+
+
+def _ordered_bits(tensor):
+    """Float bits mapped to int64 so that adjacent floats differ by 1."""
+    import torch
+
+    int_type = {2: torch.int16, 4: torch.int32, 8: torch.int64}[tensor.element_size()]
+    bits = tensor.contiguous().view(int_type).to(torch.int64)
+    sign_mask = torch.iinfo(int_type).max
+    return torch.where(bits < 0, -(bits & sign_mask), bits)
+
+
+def tensor_diff(name: str, a, b) -> TensorDiff | None:
+    """How tensor ``b`` differs from tensor ``a`` bit for bit; None when they are identical."""
+    import torch
+
+    if a.shape != b.shape or a.dtype != b.dtype:
+        return TensorDiff(name, list(b.shape), f"{a.dtype}->{b.dtype}", float("inf"), float("inf"), 0, 1.0)
+    a_bits, b_bits = (t.contiguous().view(-1) for t in (a, b))
+    if a.dtype.is_floating_point and a.element_size() in (2, 4, 8):
+        int_type = {2: torch.int16, 4: torch.int32, 8: torch.int64}[a.element_size()]
+        differing = a_bits.view(int_type) != b_bits.view(int_type)
+    elif a.dtype.is_complex:
+        differing = (torch.view_as_real(a_bits) != torch.view_as_real(b_bits)).any(-1)
+    else:
+        differing = a_bits != b_bits
+    count = int(differing.sum())
+    if count == 0:
+        return None
+    max_ulp = 0
+    if a.dtype.is_floating_point and a.element_size() in (2, 4, 8):
+        max_ulp = int((_ordered_bits(a_bits) - _ordered_bits(b_bits)).abs().max())
+    wide_a, wide_b = a_bits.to(torch.float64), b_bits.to(torch.float64)
+    abs_diff = (wide_a - wide_b).abs()
+    rel_diff = abs_diff / wide_a.abs().clamp_min(torch.finfo(torch.float64).tiny)
+    return TensorDiff(
+        name=name,
+        shape=list(a.shape),
+        dtype=str(a.dtype).removeprefix("torch."),
+        max_abs_diff=float(abs_diff.nan_to_num(nan=float("inf")).max()),
+        max_rel_diff=float(rel_diff.nan_to_num(nan=float("inf")).max()),
+        max_ulp=max_ulp,
+        fraction_differing=count / max(a.numel(), 1),
+    )

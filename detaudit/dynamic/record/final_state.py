@@ -1,11 +1,11 @@
-"""The training state at the end of a run, and how two of them differ.
+"""The training state at the end of a run, as the child saves it.
 
 State is a flat ``{name: tensor}`` dict (CPU copies): parameters by name,
 their gradients (``<param>.grad``), buffers (BatchNorm running stats),
-optimizer state (``optimizer.state[<param>].exp_avg``) and the loss.  Two
-states are compared exactly, tensor by tensor (``tensor_diff``), where their
-digests differ: a saved state comes with each tensor's digest, so that the
-parent of ``detaudit run`` compares states without torch (``compare/state_diff.py``).
+optimizer state (``optimizer.state[<param>].exp_avg``) and the loss.  A saved
+state comes with each tensor's digest, so that the parent of ``detaudit run``
+compares states without torch and loads tensors only where digests differ
+(``detaudit.dynamic.compare.state_diff``).
 """
 
 from __future__ import annotations
@@ -13,8 +13,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import torch
-
-from detaudit.dynamic.compare.state_diff import TensorDiff
 
 
 def module_state(name: str, module: torch.nn.Module) -> dict[str, torch.Tensor]:
@@ -93,7 +91,7 @@ def cpu_copy(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
 
 def state_digests(state: dict[str, torch.Tensor]) -> dict[str, list]:
     """Each tensor's [dtype, shape, digest] (``state_diff.SavedState.digests``)."""
-    from detaudit.dynamic.record.tracer import host_digest
+    from detaudit.dynamic.record.digests import host_digest
 
     digests = {}
     for name, tensor in state.items():
@@ -115,43 +113,3 @@ def save_state(state: dict[str, torch.Tensor], path: Path) -> dict:
 
 def load_state(path: str | Path) -> dict[str, torch.Tensor]:
     return torch.load(path, map_location="cpu", weights_only=True)
-
-
-def _ordered_bits(tensor: torch.Tensor) -> torch.Tensor:
-    """Float bits mapped to int64 so that adjacent floats differ by 1."""
-    int_type = {2: torch.int16, 4: torch.int32, 8: torch.int64}[tensor.element_size()]
-    bits = tensor.contiguous().view(int_type).to(torch.int64)
-    sign_mask = torch.iinfo(int_type).max
-    return torch.where(bits < 0, -(bits & sign_mask), bits)
-
-
-def tensor_diff(name: str, a: torch.Tensor, b: torch.Tensor) -> TensorDiff | None:
-    """How ``b`` differs from ``a`` bit for bit; None when they are identical."""
-    if a.shape != b.shape or a.dtype != b.dtype:
-        return TensorDiff(name, list(b.shape), f"{a.dtype}->{b.dtype}", float("inf"), float("inf"), 0, 1.0)
-    a_bits, b_bits = (t.contiguous().view(-1) for t in (a, b))
-    if a.dtype.is_floating_point and a.element_size() in (2, 4, 8):
-        int_type = {2: torch.int16, 4: torch.int32, 8: torch.int64}[a.element_size()]
-        differing = a_bits.view(int_type) != b_bits.view(int_type)
-    elif a.dtype.is_complex:
-        differing = (torch.view_as_real(a_bits) != torch.view_as_real(b_bits)).any(-1)
-    else:
-        differing = a_bits != b_bits
-    count = int(differing.sum())
-    if count == 0:
-        return None
-    max_ulp = 0
-    if a.dtype.is_floating_point and a.element_size() in (2, 4, 8):
-        max_ulp = int((_ordered_bits(a_bits) - _ordered_bits(b_bits)).abs().max())
-    wide_a, wide_b = a_bits.to(torch.float64), b_bits.to(torch.float64)
-    abs_diff = (wide_a - wide_b).abs()
-    rel_diff = abs_diff / wide_a.abs().clamp_min(torch.finfo(torch.float64).tiny)
-    return TensorDiff(
-        name=name,
-        shape=list(a.shape),
-        dtype=str(a.dtype).removeprefix("torch."),
-        max_abs_diff=float(abs_diff.nan_to_num(nan=float("inf")).max()),
-        max_rel_diff=float(rel_diff.nan_to_num(nan=float("inf")).max()),
-        max_ulp=max_ulp,
-        fraction_differing=count / max(a.numel(), 1),
-    )

@@ -12,12 +12,12 @@ shapes, arguments and input and output digests with the reference's record
 at the same position, as ``compare.compare_traces`` aligns them, and for a
 record that differs keeps
 
-* in full (``tracer.full_capture``) a record that may be a root cause: no
+* in full (``digests.full_capture``) a record that may be a root cause: no
   tensor input differs (a kernel, the generator, an argument), or a differing
   input entered from outside the trace or from an allocation (its inputs are
   copied before the op, as it read them).  At most ``MAX_PER_SITE`` records of
   one source line and op: a site is one cause, measured at its first record;
-* sampled (``tracer.sampled_capture``) any record of the steps the divergence
+* sampled (``digests.sampled_capture``) any record of the steps the divergence
   chart shows: the step where the first difference appears and the next one.
 
 A control-flow divergence ends the comparison (nothing after it is aligned).
@@ -51,7 +51,7 @@ import torch
 
 from detaudit.dynamic.compare.divergence import STEPS_SHOWN
 from detaudit.dynamic.compare.trace_format import ALLOCATED, EXTERNAL, OpRecord, Trace
-from detaudit.dynamic.record.tracer import full_capture, sampled_capture
+from detaudit.dynamic.record.digests import full_capture, sampled_capture
 
 MAX_PER_SITE = 4  # records kept in full per (op, file, line): a site's first read one is its cause
 KEPT_BYTES = 512 << 20  # host memory for what is kept, in full and sampled

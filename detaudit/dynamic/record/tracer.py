@@ -10,18 +10,14 @@ sequence number) to that op's site, so backward ops are attributed to the
 user's forward line (on CUDA, backward runs on autograd threads where no user
 frame exists).
 
-Digests are position-sensitive and cover every dtype.  On CPU a digest is
-taken from the tensor's bytes in logical order with numpy and zlib, on the spot
-(CPU ops are synchronous anyway, and one pass over the bytes without a
-temporary is several times cheaper than torch arithmetic on them).  On other devices it is a sum of the
-element bits times odd position weights (so any single-element change shows),
-computed on the device and staged there until ``flush()``, called once per
-optimizer step: no per-op host sync.  Inputs are mostly earlier outputs: they
-are looked up by storage, layout and version counter instead of being hashed
-again (``storage_tables.py``); only leaves are hashed.  A storage argument
+Digests (``digests.py``) are taken on the spot on CPU; on other devices they
+are staged there until ``flush()``, called once per optimizer step: no per-op
+host sync.  Inputs are mostly earlier outputs: they are looked up by storage,
+layout and version counter instead of being hashed again
+(``storage_tables.py``); only leaves are hashed.  A storage argument
 (``set_(storage)``, how ``torch.load`` makes its tensors) is read as the
-tensor of its bytes.  Outputs of allocation ops and of view ops are
-not hashed (garbage, respectively an alias of something hashed: a view as large
+tensor of its bytes.  Outputs of allocation ops and of view ops are not
+hashed (garbage, respectively an alias of something hashed: a view as large
 as its input takes over the input's digest, a smaller one is hashed if read).
 With ``allocation_fill`` set (``detaudit run`` gives each run its own number)
 an allocation's memory is filled with that number, so a read of it changes
@@ -29,38 +25,26 @@ the reader's output in every run, not only when the allocator happens to hand
 back different bytes.
 
 What an op reads is the data the comparison follows from producer to
-reader.  An argument the op's schema names as its own scratch space
-(``SCRATCH_ARGUMENTS``: the reserve/workspace buffer an RNN or batch-norm
-forward hands to its backward) is not: those buffers carry bytes the kernel
-never wrote (oneDNN's LSTM workspace ends in uninitialized padding).  Nor is
-an argument the op only overwrites (``OVERWRITING_OPS``' ``self``, every
-``out=`` tensor): ``copy.deepcopy`` of a tensor copies into a storage allocated
-outside any op.  The tracer records such an input as ``UNREAD``, equal in
-every run, and a difference in it counts only through the outputs it changes.  Python reads of
-tensor data that dispatch no aten op (``PYTHON_READS``: ``tolist``, ``numpy``,
-``torch.save``) are records of their own, so every value that leaves the trace
-for Python is seen.  At the end, ``note_final_state`` records the digest id of
-each tensor of the final state, so the comparison can tell which differences
-reached it.
-
-Calls that change the torch generator state (``torch.seed()``,
-``torch.manual_seed``, ``torch.set_rng_state``..., named by the knowledge base)
-are recorded with their user line and a digest of the state they left, so an
-RNG root cause can say where the state came to differ.
+reader.  Arguments an op only uses as scratch space or only overwrites are
+recorded ``UNREAD`` (``op_info.py``), equal in every run: a difference in
+them counts only through the outputs it changes.  Python reads of tensor
+data, calls that set the generator state and tensors received from other
+processes are seen outside the dispatcher (``outside_dispatch.py``).  At the
+end, ``note_final_state`` records the digest id of each tensor of the final
+state, so the comparison can tell which differences reached it.
 
 Only the process that entered the tracer is traced.  A forked child (a
-DataLoader worker) inherits the modes: the tracer pauses for good there.  A
-tensor received from another process is rebuilt whenever the data happens to
-arrive, so the rebuilding runs untraced: the tensor enters the trace as an
-external input where it is first read.
+DataLoader worker) inherits the modes: the tracer pauses for good there.
+``OpTracer.record`` is the reference recorder; ``native/`` holds its compiled
+twin for the common op (new recording semantics go into Python first, then
+into the twin; ``tests/test_dynamic_native.py`` holds the two to the same
+trace).
 """
 
 from __future__ import annotations
 
-import ctypes
 import functools
 import gc
-import importlib
 import inspect
 import os
 import sys
@@ -69,12 +53,9 @@ import weakref
 import zlib
 from pathlib import Path
 
-import numpy
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from detaudit.dynamic.record import hooks, native
-from detaudit.dynamic.record.collectives import EARLY_READ_FIELDS, Communications
 from detaudit.dynamic.compare.trace_format import (
     ALLOCATED,
     BACKWARD,
@@ -83,71 +64,34 @@ from detaudit.dynamic.compare.trace_format import (
     OPTIMIZER,
     PRODUCED,
     PYTHON_READS,
-    UNREAD,
     UNINIT,
+    UNREAD,
     OpRecord,
     RngEvent,
     Trace,
     python_value_meta,
 )
-from detaudit.dynamic.record.storage_tables import MIN_FORGET_AT, StorageTables
+from detaudit.dynamic.record import hooks, native
+from detaudit.dynamic.record.collectives import EARLY_READ_FIELDS, Communications
+from detaudit.dynamic.record.digests import (
+    CRC_MAX_BYTES,
+    DeviceDigests,
+    full_capture,
+    host_digest,
+    rng_state_digest,
+    sampled_capture,
+)
+from detaudit.dynamic.record.dynamo import never_compiled, skips_dynamo_per_call
 from detaudit.dynamic.record.hooks import StopRun, user_frame
-from detaudit.knowledge.apis import RESEED_FROM_ENTROPY, RNG_STATE_RESTORERS, SEED_PARAMETERS
+from detaudit.dynamic.record.op_info import OpInfo, mark_unread
+from detaudit.dynamic.record.outside_dispatch import OutsideDispatch
+from detaudit.dynamic.record.storage_tables import MIN_FORGET_AT, StorageTables
 from detaudit.knowledge.backend_settings import backend_settings
 from detaudit.runtime.settings import reader
 
-# Ops whose output is uninitialized memory by definition (every nn.Linear
-# starts from one): never compared, never reported.
-ALLOCATION_OPS = frozenset({"empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided", "empty_permuted"})
-# Arguments through which an op reads its own scratch space, by schema name:
-# the buffer a forward kernel hands its backward (mkldnn_rnn_layer_backward's
-# workspace, cudnn/miopen RNN and batch-norm backward's reserve).  Only the
-# kernel knows which of its bytes it wrote, and some it never does.
-SCRATCH_ARGUMENTS = frozenset({"workspace", "reserve", "reserveSpace"})
-# In-place ops that replace all of ``self`` without reading it.
-OVERWRITING_OPS = frozenset({
-    "copy_", "fill_", "zero_", "set_",
-    "uniform_", "normal_", "random_", "bernoulli_", "exponential_", "geometric_", "cauchy_", "log_normal_",
-})
-_TENSOR_RETURNS = frozenset({"Tensor", "Optional[Tensor]", "List[Tensor]"})
-# schema types whose values may be lists or tuples (what _flatten opens)
-_CONTAINER_KINDS = frozenset({"ListType", "TupleType", "AnyType", "DictType", "UnionType"})
-_UNTRACED_NAMESPACES = frozenset({"profiler"})  # record_function markers: no data
-# elements kept of each output of a sampled capture (the divergence chart's
-# deviations): up to 32 KiB a tensor, whatever the model's size
-SAMPLE_ELEMENTS = 4096
 _STAGE_LIMIT = 8192  # flush early when this many digests wait on the device
 _TRACING_GC_THRESHOLD = 10_000  # the youngest generation's threshold while tracing (see OpTracer.__enter__)
-_WEIGHT_MULTIPLIER = 0x9E3779B97F4A7C15 - (1 << 64)  # golden-ratio constant as a signed int64
-_DEVICE_WEIGHT_STEP = (2 * _WEIGHT_MULTIPLIER + (1 << 63)) % (1 << 64) - (1 << 63)  # as int64; weight(i) = i * step + 1
-_INT_OF_SIZE = {1: torch.int8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
 _PLAIN_ARG_TYPES = (int, float, bool, str, complex, type(None), torch.dtype, torch.device, torch.layout, torch.memory_format)
-# the CPU digest (host_digest): CRC-32 up to this size, then weighted 64-bit words
-_CRC_MAX_BYTES = 16 * 1024
-_CHUNK_WORDS = 1 << 18  # 2 MiB of weights: stays in cache while the data streams past
-_HOST_WEIGHTS = numpy.arange(_CHUNK_WORDS, dtype=numpy.uint64) * numpy.uint64(_WEIGHT_MULTIPLIER % (1 << 64)) | numpy.uint64(1)
-_CHUNK_MULTIPLIER = 0x100000001B3  # FNV-64 prime: chunk order matters
-_BYTE_ARRAYS: dict[int, type] = {}  # size -> ctypes.c_char * size, made once (more than a small CRC's cost)
-_UINT64_MASK = (1 << 64) - 1
-# Tensor.numpy as torch defines it (the tracer records the user's calls: PYTHON_READS)
-_TENSOR_NUMPY = torch.Tensor.numpy
-# dtypes Tensor.numpy() converts; the others (bfloat16, float8, unsigned ints
-# wider than a byte on older torch) are read through a uint8 view
-_NUMPY_DTYPES = frozenset(
-    {torch.bool, torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64,
-     torch.float16, torch.float32, torch.float64, torch.complex64, torch.complex128}
-)
-# torch functions that set the global torch generators' state, as "module.function"
-_RNG_STATE_SETTERS = tuple(
-    sorted(
-        name
-        for name in {*RESEED_FROM_ENTROPY, *SEED_PARAMETERS, *RNG_STATE_RESTORERS}
-        if name.startswith("torch.")
-    )
-)
-
-# torch's ``rebuild_*`` functions here make the tensors received from other processes
-_RECEIVING_MODULE = "torch.multiprocessing.reductions"
 _ENTERED_TRACERS: "weakref.WeakSet[OpTracer]" = weakref.WeakSet()
 _current_autograd_node = torch._C._current_autograd_node
 _is_grad_enabled = torch.is_grad_enabled
@@ -181,18 +125,6 @@ def _flatten(values, into: list) -> list:
     return into
 
 
-def _flatten_tensors(value, into: list) -> list:
-    """The tensors in a (nested) dict, list or tuple, as ``torch.save`` is usually given them."""
-    if isinstance(value, torch.Tensor):
-        into.append(value)
-    elif isinstance(value, dict):
-        for item in value.values():
-            _flatten_tensors(item, into)
-    elif isinstance(value, (list, tuple)):
-        for item in value:
-            _flatten_tensors(item, into)
-    return into
-
 
 def _storage_bytes(storage: torch.UntypedStorage) -> torch.Tensor:
     """A storage argument as the tensor of its bytes, so that it is an input like any other."""
@@ -208,20 +140,6 @@ def _result_meta(value) -> str:
     return "None" if value is None else python_value_meta(type(value).__name__)
 
 
-def _mark_unread(info: "_OpInfo", args, kwargs, flat_args: list, inputs: list, leaves: list) -> None:
-    """Record the arguments whose bytes the op does not read (``_OpInfo.unread_args``)
-    as ``UNREAD`` inputs."""
-    unread = {
-        id(value)
-        for index, name in info.unread_args
-        for value in ((args[index] if index < len(args) else kwargs.get(name)),)
-        if isinstance(value, torch.Tensor)
-    }
-    positions = [p for p, v in enumerate(v for v in flat_args if isinstance(v, torch.Tensor)) if id(v) in unread]
-    for position in positions:
-        inputs[position] = UNREAD
-    leaves[:] = [leaf for leaf in leaves if leaf[0] not in positions]
-
 
 def _torch_fill_switches() -> list[tuple]:
     """(getter, safe value) of the settings table's fill-uninitialized-memory
@@ -234,157 +152,6 @@ def _torch_fill_switches() -> list[tuple]:
     # a torch without one of them never fills: the tracer always does
     return readers if all(read is not None for read, _ in readers) else [(lambda: False, True)]
 
-
-def host_digest(tensor: torch.Tensor) -> int:
-    """Digest of a CPU tensor's bytes in logical (row-major) order: position-
-    sensitive, any dtype, equal across processes.  Small tensors get a CRC-32;
-    larger ones a sum of their 64-bit words times odd position weights (a
-    numpy integer dot product: one pass, no temporary, about 3x faster than
-    CRC-32), taken in chunks so the weights stay small and cached.
-
-    A small contiguous tensor's bytes are read in place, through a ctypes
-    view of its memory: the same bytes ``Tensor.numpy`` would show (conj and
-    neg bits aside, which go the long way), without its several microseconds
-    of checks and array building, most of the digest's cost on small ops."""
-    if not tensor.is_contiguous():
-        tensor = tensor.contiguous()
-    else:
-        size = tensor.nbytes
-        if size < _CRC_MAX_BYTES and not (tensor.is_conj() or tensor.is_neg()):
-            array_type = _BYTE_ARRAYS.get(size) or _BYTE_ARRAYS.setdefault(size, ctypes.c_char * size)
-            return zlib.crc32(array_type.from_address(tensor.data_ptr()))
-    if tensor.dtype not in _NUMPY_DTYPES:
-        tensor = tensor.resolve_conj().reshape(-1).view(torch.uint8)
-    data = _host_array(tensor, force=True)  # force: detach, resolve conj/neg bits
-    if data.nbytes < _CRC_MAX_BYTES:
-        return zlib.crc32(data)
-    data = data.reshape(-1).view(numpy.uint8)
-    words = data[: data.size // 8 * 8].view(numpy.uint64)
-    digest = zlib.crc32(data[words.size * 8 :])  # the last 0-7 bytes
-    for start in range(0, words.size, _CHUNK_WORDS):
-        chunk = words[start : start + _CHUNK_WORDS]
-        digest = (digest * _CHUNK_MULTIPLIER + int(numpy.dot(chunk, _HOST_WEIGHTS[: chunk.size]))) & _UINT64_MASK
-    return digest
-
-
-def output_sample(tensor: torch.Tensor) -> torch.Tensor:
-    """A CPU copy of up to ``SAMPLE_ELEMENTS`` elements of ``tensor``, at
-    evenly spaced positions of its logical order that depend only on its size
-    (so two runs sample the same elements); all of a smaller tensor."""
-    try:
-        flat = tensor.detach().reshape(-1)
-    except (RuntimeError, NotImplementedError):  # sparse and other layouts without a flat view: nothing
-        return torch.empty(0)
-    stride = -(-flat.numel() // SAMPLE_ELEMENTS)
-    return (flat[::stride] if stride > 1 else flat).to("cpu", copy=True)
-
-
-def full_capture(inputs: list, outputs: list, results: list) -> dict:
-    """A capture of one record: CPU copies of its tensor inputs (as they were
-    before the op) and outputs, then its Python number results as tensors."""
-    return {
-        "inputs": inputs,
-        "outputs": [t.detach().to("cpu", copy=True) for t in outputs]
-        + [torch.tensor(v) for v in results if isinstance(v, (bool, int, float, complex))],
-    }
-
-
-def sampled_capture(outputs: list) -> dict:
-    """A sampled capture of one record: ``output_sample`` of each tensor output, with its size."""
-    return {"outputs": [output_sample(t) for t in outputs], "sampled_from": [t.numel() for t in outputs]}
-
-
-def _host_array(tensor: torch.Tensor, **kwargs) -> numpy.ndarray:
-    """``tensor.numpy()`` for detaudit's own use: torch function modes would
-    hand the call to whatever ``Tensor.numpy`` is now, the tracer's record of
-    a user's read (``PYTHON_READS``)."""
-    with torch._C.DisableTorchFunction():
-        return _TENSOR_NUMPY(tensor, **kwargs)
-
-
-def _rng_state_digest() -> int:
-    """Digest of the global generators' state (CPU, and CUDA once initialized)."""
-    states = [torch.get_rng_state()]
-    if torch.cuda.is_available() and torch.cuda.is_initialized():
-        states.extend(torch.cuda.get_rng_state_all())
-    digest = 0
-    for state in states:
-        digest = zlib.crc32(_host_array(state), digest)
-    return digest
-
-
-class _OpInfo:
-    """What the tracer needs to know about an op overload, computed once."""
-
-    def __init__(self, func):
-        schema = func._schema
-        self.name = str(func)
-        self.op = func  # held: its id keys this info
-        # what running it calls: an OpOverload's __call__ is one more Python frame around its C++ op
-        self.call = func._op if type(func) is torch._ops.OpOverload else func
-        self.is_allocation = func._opname in ALLOCATION_OPS
-        self.is_seeded = torch.Tag.nondeterministic_seeded in func.tags
-        self.written_args = [
-            (index, argument.name)
-            for index, argument in enumerate(schema.arguments)
-            if argument.alias_info is not None and argument.alias_info.is_write
-        ]
-        self.is_view = any(
-            ret.alias_info is not None and not ret.alias_info.is_write for ret in schema.returns
-        )
-        # scratch space by name, ``self`` of an op that overwrites it, ``out=`` tensors
-        overwrites_self = func._opname in OVERWRITING_OPS
-        self.unread_args = [
-            (index, argument.name)
-            for index, argument in enumerate(schema.arguments)
-            if (argument.name in SCRATCH_ARGUMENTS and str(argument.type) == "Tensor")
-            or (argument.alias_info is not None and argument.alias_info.is_write
-                and (argument.kwarg_only or (index == 0 and overwrites_self)))
-        ]
-        self.returns_python = any(str(ret.type) not in _TENSOR_RETURNS for ret in schema.returns)
-        self.communicates = Communications.handles(func)
-        # a storage's bytes are data the op reads: torch.load's tensors enter through set_(storage)
-        self.reads_storage = any(argument.type.kind() == "StorageType" for argument in schema.arguments)
-        self.python_only = self.communicates or self.reads_storage  # what the compiled recorder leaves to record()
-        self.untraced = func.namespace in _UNTRACED_NAMESPACES
-        # no list argument: the arguments need no flattening; one plain
-        # return: the results are the result alone
-        self.flat_args = not any(_is_container(argument.type) for argument in schema.arguments)
-        self.single_result = len(schema.returns) == 1 and not _is_container(schema.returns[0].type)
-
-
-def _is_container(schema_type) -> bool:
-    """Whether an argument or return of this schema type can be a list or tuple."""
-    if schema_type.kind() == "OptionalType":
-        schema_type = schema_type.getElementType()
-    return schema_type.kind() in _CONTAINER_KINDS
-
-
-try:  # torch 2.6+: how dynamo treats a code object
-    from torch._C._dynamo.eval_frame import _FrameAction, _FrameExecStrategy, set_code_exec_strategy
-except ImportError:
-    set_code_exec_strategy = None
-
-
-def never_compiled(function):
-    """Make dynamo skip ``function`` and everything it calls (a decorator).
-
-    A mode's handler runs inside whatever frame dispatched the op; when dynamo
-    is evaluating that frame (a ``torch.compile``'d function, which runs
-    eagerly while a dispatch mode is active), it would compile the handler and
-    every tracer helper it calls, one graph each: seconds per helper, then
-    recompile limits.  torch's own guard, ``_should_skip_dynamo()`` wrapping
-    every call in ``torch._dynamo.disable``, costs about 0.5 us per op and
-    imports dynamo; marking the code object costs nothing per op.  On a torch
-    without the marking, ``skips_dynamo_per_call`` keeps torch's guard."""
-    if set_code_exec_strategy is not None:
-        set_code_exec_strategy(function.__code__, _FrameExecStrategy(_FrameAction.SKIP, _FrameAction.SKIP))
-    return function
-
-
-def skips_dynamo_per_call() -> bool:
-    """What a mode's ``_should_skip_dynamo`` returns: torch's per-call guard only when ``never_compiled`` cannot work."""
-    return set_code_exec_strategy is None
 
 
 # code flags of frames that can be suspended and resumed under another caller
@@ -426,13 +193,27 @@ class _UserFrames:
         self.caller = self.user = None
 
 
+def _compiled_recorder():
+    """The compiled recorder's module, configured once per process with what it
+    reads of this module (``native_constants``); None where it cannot be had."""
+    global _configured_recorder
+    module = native.load()
+    if module is not None and module is not _configured_recorder:
+        module.configure(native_constants())
+        _configured_recorder = module
+    return module
+
+
+_configured_recorder = None
+
+
 def native_constants() -> dict:
     """What the compiled recorder (native/recorder.cpp) reads of this module, given once at its load."""
     return {
         "plain_types": _PLAIN_ARG_TYPES, "parameter_type": torch.nn.Parameter, "crc32": zlib.crc32,
         "result_meta": _result_meta, "forward": FORWARD, "backward": BACKWARD, "optimizer": OPTIMIZER,
         "produced": PRODUCED, "allocated": ALLOCATED, "external": EXTERNAL, "uninit": UNINIT, "unread": UNREAD,
-        "crc_max_bytes": _CRC_MAX_BYTES, "stage_limit": _STAGE_LIMIT, "min_forget_at": MIN_FORGET_AT,
+        "crc_max_bytes": CRC_MAX_BYTES, "stage_limit": _STAGE_LIMIT, "min_forget_at": MIN_FORGET_AT,
         "user_files": hooks._USER_FILES, "is_user_file": hooks.is_user_file, "resumable_code": _RESUMABLE_CODE,
     }
 
@@ -477,7 +258,11 @@ class OpTracer:
         self.digests: list[int] = []  # host digests; a digest id indexes this list once flushed
         self._staged: list[torch.Tensor | int] = []
         self._staged_on_device: list[int] = []  # positions in _staged of the digests that wait on a device
-        native_record = native.load() if compiled else None
+        native_record = _compiled_recorder() if compiled else None
+        # which recorder records the common op, as the run report says it
+        self.recorder = "compiled" if native_record is not None else (
+            f"python ({native.unavailable_reason() if compiled else 'compiled=False'})"
+        )
         # what is known of the bytes behind tensors; the compiled twin where the compiled recorder runs
         self.tables = native_record.StorageTables() if native_record is not None else StorageTables()
         self._froze_gc = False
@@ -485,12 +270,11 @@ class OpTracer:
         # (weak references to the output tensors, (file, line, module)) of the last op run with grad mode on
         self._last_outputs: tuple | None = None
         self._user_frames = _UserFrames()  # the user frame above the frame that dispatches an op
-        self._op_info: dict[int, _OpInfo] = {}  # id(op overload) -> what is known of it (an OpOverload hashes in Python)
+        self._op_info: dict[int, OpInfo] = {}  # id(op overload) -> what is known of it (an OpOverload hashes in Python)
         self._out_meta: dict[tuple, str] = {}  # (dtype, shape) -> "float32[2, 3]"
-        self._weights: dict[tuple, torch.Tensor] = {}  # (device, int dtype) -> position weights
+        self._device_digests = DeviceDigests()
         self.rng_events: list[RngEvent] = []  # calls that set the generator state
-        self._in_rng_setter = False  # torch.manual_seed calls torch.cuda.manual_seed_all: record the outer call
-        self._patched: list[tuple] = []  # (module, attribute, original): RNG setters, receivers, Python reads
+        self._outside_dispatch = OutsideDispatch(self)  # RNG setters, receivers, Python reads
         self.capture_ops = set(capture_ops)
         self.sampled_ops = set(sampled_ops)  # of capture_ops: keep only a sample of the outputs (output_sample)
         self.final: dict[str, int] = {}  # final-state tensor name -> digest id (note_final_state)
@@ -536,10 +320,8 @@ class OpTracer:
         # tracing (cyclic garbage waits for up to this many new objects).
         self._gc_threshold = gc.get_threshold()
         gc.set_threshold(max(self._gc_threshold[0], _TRACING_GC_THRESHOLD), *self._gc_threshold[1:])
-        self._patch_rng_setters()
-        self._patch_receivers()
-        self._patch_python_reads()
-        self.communications.patch_wait(self._patched)
+        self._outside_dispatch.install()
+        self.communications.patch_wait(self._outside_dispatch.patched)
         for mode in self._modes:
             mode.__enter__()
         _ENTERED_TRACERS.add(self)
@@ -551,96 +333,19 @@ class OpTracer:
             mode.__exit__(*exc_info)
         self._user_frames.forget()
         self._last_outputs = None
-        self._unpatch()
+        self._outside_dispatch.remove()
         gc.set_threshold(*self._gc_threshold)
         if self._froze_gc:
             gc.unfreeze()
         self.flush()
 
     # -- generator state changes -------------------------------------------
-    def _patch_rng_setters(self) -> None:
-        for name in _RNG_STATE_SETTERS:
-            module_name, attribute = name.rsplit(".", 1)
-            module = importlib.import_module(module_name)
-            original = getattr(module, attribute, None)
-            if original is not None:
-                self._patched.append((module, attribute, original))
-                setattr(module, attribute, self._recording_setter(name, original))
-
-    def _patch_receivers(self) -> None:
-        module = importlib.import_module(_RECEIVING_MODULE)
-        for attribute, original in list(vars(module).items()):
-            if attribute.startswith("rebuild_") and callable(original):
-                self._patched.append((module, attribute, original))
-                setattr(module, attribute, self._untraced(original))
-
-    def _patch_python_reads(self) -> None:
-        """Record the Python calls that read tensor data outside the dispatcher (``PYTHON_READS``)."""
-        for call in PYTHON_READS:
-            owner = torch.Tensor if call.startswith("Tensor.") else torch
-            attribute = call.rsplit(".", 1)[1]
-            original = getattr(owner, attribute)
-            self._patched.append((owner, attribute, original))
-            setattr(owner, attribute, self._recording_read(call, original))
-
-    def _recording_read(self, call: str, original):
-        tracer = self
-
-        @functools.wraps(original)
-        def recording(obj, *args, **kwargs):
-            if tracer.paused:
-                return original(obj, *args, **kwargs)
-            tracer.note_python_read(call, _flatten_tensors(obj, []))
-            # the read is recorded; inside, the call may run ops of its own (and
-            # come back here through a torch function mode): not the user's
-            tracer.paused = True
-            try:
-                return original(obj, *args, **kwargs)
-            finally:
-                tracer.paused = False
-
-        return recording
-
-    def _unpatch(self) -> None:
-        while self._patched:
-            module, attribute, original = self._patched.pop()
-            setattr(module, attribute, original)
-
-    def _untraced(self, function):
-        tracer = self
-
-        @functools.wraps(function)  # keeps its name: pickle refers to it by name
-        def untraced(*args, **kwargs):
-            paused, tracer.paused = tracer.paused, True
-            try:
-                return function(*args, **kwargs)
-            finally:
-                tracer.paused = paused
-
-        return untraced
-
-    def _recording_setter(self, name: str, setter):
-        tracer = self
-
-        @functools.wraps(setter)
-        def recording_setter(*args, **kwargs):
-            if tracer._in_rng_setter or tracer.paused:
-                return setter(*args, **kwargs)
-            tracer._in_rng_setter = True
-            try:
-                result = setter(*args, **kwargs)
-            finally:
-                tracer._in_rng_setter = False
-            tracer.note_rng_state_change(name, sys._getframe(1))
-            return result
-
-        return recording_setter
 
     def note_rng_state_change(self, name: str, caller) -> None:
         frame = user_frame(caller)
         paused, self.paused = self.paused, True  # reading the state is detaudit's business, not the trace's
         try:
-            state = _rng_state_digest()
+            state = rng_state_digest()
         finally:
             self.paused = paused
         self.rng_events.append(
@@ -741,32 +446,6 @@ class OpTracer:
         return phase, frame.f_code.co_filename, frame.f_lineno, module
 
     # -- digests -----------------------------------------------------------
-    def _position_weights(self, count: int, device: torch.device, dtype: torch.dtype) -> torch.Tensor:
-        """Weights ``i * step + 1`` (step = twice an odd constant) for
-        positions 0..count-1, in the bits' own integer type: the products
-        wrap in that type, and odd weights keep every single-element change
-        visible (an odd number is invertible modulo any power of two); modulo
-        2^k these weights are distinct for any two positions below 2^(k-1),
-        so that swapping two elements shows too."""
-        weights = self._weights.get((device, dtype))
-        if weights is None or weights.numel() < count:
-            size = max(count, 2 * (0 if weights is None else weights.numel()), 1024)
-            weights = (torch.arange(size, dtype=torch.int64, device=device) * _DEVICE_WEIGHT_STEP + 1).to(dtype)
-            self._weights[(device, dtype)] = weights
-        return weights[:count]
-
-    def _device_digest(self, tensor: torch.Tensor) -> torch.Tensor:
-        """Position-weighted sum of the element bits, left on the tensor's device."""
-        flat = tensor.resolve_conj().resolve_neg().reshape(-1)
-        if flat.is_complex():
-            flat = torch.view_as_real(flat).reshape(-1)
-        bits = flat.view(_INT_OF_SIZE[flat.element_size()])
-        if bits.element_size() < 4:
-            # modulo 2^8 or 2^16 weights repeat every 128 or 32,768 positions:
-            # two swapped bytes (a uint8 image batch in another order) would cancel
-            bits = bits.to(torch.int32)
-        return (bits * self._position_weights(bits.numel(), bits.device, bits.dtype)).sum(dtype=torch.int64)
-
     def _stage_value_digest(self, value) -> int:
         """Digest id of a Python value an op returned (a number is exact in its repr)."""
         digest_id = len(self.digests) + len(self._staged)
@@ -779,7 +458,7 @@ class OpTracer:
             if tensor.is_cpu and self._host_digests:
                 self._staged.append(host_digest(tensor))
             else:
-                digest = self._device_digest(tensor)
+                digest = self._device_digests.digest(tensor)
                 self._staged_on_device.append(len(self._staged))
                 self._staged.append(digest)
         except (RuntimeError, TypeError, KeyError, NotImplementedError):  # sparse, meta, exotic: shape only
@@ -846,7 +525,7 @@ class OpTracer:
         return digest_id, origin
 
     def _output_ref(
-        self, tensor: torch.Tensor, info: _OpInfo, record_index: int, written: bool, view_of: tuple | None
+        self, tensor: torch.Tensor, info: OpInfo, record_index: int, written: bool, view_of: tuple | None
     ) -> int | None:
         """Digest id of an output; None for a view, which is no new data.
         ``view_of`` is (tensor, digest id) of a view op's first input."""
@@ -897,10 +576,10 @@ class OpTracer:
             meta = self._out_meta[key] = f"{str(tensor.dtype).removeprefix('torch.')}{list(tensor.shape)}"
         return meta
 
-    def _info(self, func) -> _OpInfo:
+    def _info(self, func) -> OpInfo:
         info = self._op_info.get(id(func))
         if info is None:
-            info = self._op_info[id(func)] = _OpInfo(func)
+            info = self._op_info[id(func)] = OpInfo(func)
         return info
 
     @never_compiled  # (also called from the compiled recorder, outside __torch_dispatch__)
@@ -936,7 +615,7 @@ class OpTracer:
             else:
                 plain.append(_plain(value))
         if info.unread_args:
-            _mark_unread(info, args, kwargs, flat_args, inputs, leaves)
+            mark_unread(info, args, kwargs, flat_args, inputs, leaves)
         capture = record_index in self.capture_ops
         sample = capture and record_index in self.sampled_ops
         if capture and not sample:

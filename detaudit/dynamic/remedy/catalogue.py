@@ -27,9 +27,10 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Mapping
 
 from detaudit.dynamic.compare.causes import CAUSE_KINDS, NONDETERMINISTIC_OP
-from detaudit.launch.seed_generators import GENERATORS, paste_code as generators_code
 from detaudit.knowledge.backend_settings import Setting, backend_settings
 from detaudit.knowledge.ops import version_in_range
+from detaudit.launch.seed_generators import GENERATORS
+from detaudit.launch.seed_generators import paste_code as generators_code
 
 
 @dataclass(frozen=True)

@@ -30,7 +30,6 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from detaudit.launch.process import LaunchOptions, run_script
 from detaudit.dynamic.remedy.catalogue import (
     FULL_DETERMINISM,
     FULL_DETERMINISM_TITLE,
@@ -43,8 +42,9 @@ from detaudit.dynamic.remedy.catalogue import (
     failure_summary,
     paste_code,
 )
-from detaudit.dynamic.verdict.run_report import RootCause, RunReport
 from detaudit.dynamic.variations import VARIATIONS
+from detaudit.dynamic.verdict.run_report import RootCause, RunReport
+from detaudit.launch.process import LaunchOptions, run_script
 
 DEFAULT_TITLE = "default"
 MAX_MINIMAL_SETS_TIMED = 3  # alternatives of the smallest size that are timed (and combinations tried per size)

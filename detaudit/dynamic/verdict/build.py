@@ -26,9 +26,9 @@ from typing import Callable
 from detaudit.dynamic.compare.causes import NONDETERMINISTIC_OP
 from detaudit.dynamic.compare.classify import CauseAt, PairComparison, Site, Trace, compare_traces, first_step
 from detaudit.dynamic.compare.divergence import ROOT, Divergence, divergence_of, root_causes_by_record
-from detaudit.dynamic.verdict.run_report import FINAL_STATE, LATENT, RootCause, RunReport
-from detaudit.dynamic.compare.state_diff import SavedState, compare_saved_states
+from detaudit.dynamic.compare.state_diff import SavedState, compare_saved_states, tensor_diff
 from detaudit.dynamic.variations import Variation
+from detaudit.dynamic.verdict.run_report import FINAL_STATE, LATENT, RootCause, RunReport
 
 # capture(k, records, sampled) -> ({record: {"inputs": [...], "outputs": [...]}} of run 0, same of run k);
 # the records in ``sampled`` (a subset of ``records``) as {"outputs": [samples], "sampled_from": [numel]}
@@ -197,8 +197,6 @@ def _measure_deviations(
 
 def _cause_deviation(reference: dict, other: dict, cause: CauseAt) -> float | None:
     """max |diff| of the tensors that show a cause (None when not captured)."""
-    from detaudit.dynamic.record.final_state import tensor_diff
-
     tensors_a = reference.get(cause.capture_record, {}).get(cause.capture_side, [])
     tensors_b = other.get(cause.capture_record, {}).get(cause.capture_side, [])
     if cause.capture_position is not None:
@@ -217,8 +215,6 @@ def _cause_deviation(reference: dict, other: dict, cause: CauseAt) -> float | No
 def _measure_divergence(divergence: Divergence, reference: dict, other: dict, causes: dict[int, CauseAt]) -> None:
     """Each chart point's max |diff|: a root cause captured in full as its
     cause is measured, any other record over its (sampled) outputs."""
-    from detaudit.dynamic.record.final_state import tensor_diff
-
     for point in divergence.points:
         captured_a, captured_b = reference.get(point.record), other.get(point.record)
         if captured_a is None or captured_b is None:

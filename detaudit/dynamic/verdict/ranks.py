@@ -26,8 +26,8 @@ from dataclasses import replace
 
 from detaudit.dynamic.compare.causes import COLLECTIVE, EARLY_READ, REPLICA_DIVERGENCE, RankNote
 from detaudit.dynamic.compare.classify import Trace, compare_traces, is_communication
-from detaudit.dynamic.verdict.run_report import FINAL_STATE, LATENT, RootCause, RunReport, rank_list
 from detaudit.dynamic.compare.trace_format import OPTIMIZER
+from detaudit.dynamic.verdict.run_report import FINAL_STATE, LATENT, RootCause, RunReport, rank_list
 
 
 def merge_ranks(

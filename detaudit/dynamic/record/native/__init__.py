@@ -9,10 +9,15 @@ against the installed torch's headers (every torch wheel carries them) with the 
 (``$CXX``, else ``c++``), into a cache folder: ``$DETAUDIT_NATIVE_CACHE``,
 else ``$XDG_CACHE_HOME/detaudit/native``, else ``~/.cache/detaudit/native``.
 One build per source, torch and Python; builds are serialized by a file lock
-and land atomically, so concurrent runs never load half a library.  A build
-that failed is not retried (its log stays beside it).  Where there is no
-library the tracer records in Python: the same trace, slower.
-``DETAUDIT_NATIVE=0`` turns the compiled recorder off.
+and land atomically, so concurrent runs never load half a library.  The
+build is hand-rolled rather than ``torch.utils.cpp_extension.load`` because
+that one needs ninja, which a training environment rarely has.  A build that
+failed leaves its log beside the library, with what it was built with (the
+compiler, Python's and torch's headers): it is not retried until one of those
+changes.  Where there is no library the tracer records in Python: the same
+trace, slower; ``unavailable_reason()`` says why, and the run report shows it
+(``detaudit.recorder`` in its environment).  ``DETAUDIT_NATIVE=0`` turns the
+compiled recorder off.
 
 ``library_path`` and ``ensure_built`` import no torch: ``detaudit run``'s
 parent builds before it starts the runs (in a subprocess that imports torch),
@@ -25,6 +30,7 @@ from __future__ import annotations
 import hashlib
 import importlib.machinery
 import importlib.util
+import json
 import os
 import shutil
 import subprocess
@@ -37,12 +43,19 @@ from typing import Callable
 SOURCE = Path(__file__).with_name("recorder.cpp")
 MODULE_NAME = "native_record"
 BUILD_TIMEOUT_S = 300
-_loaded = None  # the configured module, False once it could not be loaded in this process
+_loaded = None  # the module, False once it could not be loaded in this process
+_unavailable = ""  # why it could not (load() sets it)
 
 
-def enabled() -> bool:
-    """Off with ``DETAUDIT_NATIVE=0``, and where the build's file lock and compiler flags do not apply (not POSIX)."""
-    return os.environ.get("DETAUDIT_NATIVE", "1") != "0" and os.name == "posix"
+def disabled_reason() -> str:
+    """Why the compiled recorder is off here, "" where it may be used: off with
+    ``DETAUDIT_NATIVE=0``, and where the build's file lock and compiler flags
+    do not apply (not POSIX)."""
+    if os.environ.get("DETAUDIT_NATIVE", "1") == "0":
+        return "DETAUDIT_NATIVE=0"
+    if os.name != "posix":
+        return "not built on this platform (POSIX only)"
+    return ""
 
 
 def _compiler() -> str:
@@ -82,14 +95,60 @@ def _failure_log(library: Path) -> Path:
     return library.with_name(library.name + ".failed.log")
 
 
+def _build_inputs() -> dict:
+    """What a build depends on beyond the library's key (source, torch,
+    Python): the compiler and the headers, each as path and modification
+    time, so a failed build is retried once any of them changes (a compiler
+    or python3-dev installed, torch's headers restored)."""
+
+    def stamp(path: str | Path | None) -> list:
+        if path is None:
+            return [None]
+        try:
+            status = os.stat(path)
+        except OSError:
+            return [str(path), None]
+        return [os.path.realpath(path), status.st_mtime_ns, status.st_size]
+
+    torch_dir = _torch_dir()
+    return {
+        "compiler": stamp(shutil.which(_compiler())),
+        "python_headers": stamp(Path(sysconfig.get_paths()["include"]) / "Python.h"),
+        "torch_headers": stamp(torch_dir / "include" if torch_dir else None),
+    }
+
+
+#: the failure log's last line: what the build was made with (``_build_inputs``)
+_INPUTS_LINE = "build inputs: "
+
+
+def failed_build(library: Path) -> Path | None:
+    """The log of the build that failed with what a build would use now, else
+    None; a log of a build with other inputs is removed (a later build may
+    succeed)."""
+    log = _failure_log(library)
+    try:
+        last_line = log.read_text().rstrip("\n").rpartition("\n")[2]
+    except OSError:
+        return None
+    try:
+        recorded = json.loads(last_line.removeprefix(_INPUTS_LINE))
+    except ValueError:  # a log of an older detaudit: inputs unknown, so try again
+        recorded = None
+    if recorded == _build_inputs():
+        return log
+    log.unlink(missing_ok=True)
+    return None
+
+
 def ensure_built(announce: Callable[[str], None] | None = None) -> bool:
-    """Build the library unless it exists, failed before or is turned off; in a
-    subprocess (torch is imported there, not here).  ``announce`` is told
-    before a build starts.  Whether the library exists now."""
-    library = library_path() if enabled() else None
+    """Build the library unless it exists, failed before with the same inputs
+    or is turned off; in a subprocess (torch is imported there, not here).
+    ``announce`` is told before a build starts.  Whether the library exists now."""
+    library = None if disabled_reason() else library_path()
     if library is None:
         return False
-    if not library.exists() and not _failure_log(library).exists() and shutil.which(_compiler()):
+    if not library.exists() and failed_build(library) is None and shutil.which(_compiler()):
         if announce is not None:
             announce(f"building the tracer's compiled op recorder into {library.parent} (once per torch; about 20 s)")
         try:
@@ -138,7 +197,7 @@ def _build(library: Path) -> Path | None:
         fcntl.flock(lock, fcntl.LOCK_EX)  # another process may be building it: wait, then use its result
         if library.exists():
             return library
-        if _failure_log(library).exists():
+        if failed_build(library) is not None:
             return None
         with tempfile.TemporaryDirectory(dir=library.parent) as work:
             partial = Path(work) / library.name
@@ -149,39 +208,53 @@ def _build(library: Path) -> Path | None:
             except (OSError, subprocess.TimeoutExpired) as error:
                 failure = str(error)
             if failure is not None or not partial.exists():
-                _failure_log(library).write_text(" ".join(command) + "\n\n" + (failure or "no output file"))
+                _failure_log(library).write_text(
+                    " ".join(command) + "\n\n" + (failure or "no output file").rstrip("\n")
+                    + f"\n\n{_INPUTS_LINE}{json.dumps(_build_inputs())}\n"
+                )
                 return None
             os.replace(partial, library)
     return library
 
 
 def load():
-    """The compiled recorder module, configured with tracer.py's constants, in
-    the tracing process (torch imported); built first if need be.  None where
-    it is turned off or cannot be built or loaded."""
-    global _loaded
+    """The compiled recorder module in the tracing process (torch imported),
+    built first if need be; the tracer configures it.  None where it is
+    turned off or cannot be built or loaded: ``unavailable_reason()`` says why."""
+    global _loaded, _unavailable
     if _loaded is None:
-        _loaded = _load() or False
+        module, _unavailable = _load()
+        _loaded = module or False
     return _loaded or None
 
 
+def unavailable_reason() -> str:
+    """Why ``load()`` found no compiled recorder ("" when it did, or was not asked)."""
+    return _unavailable
+
+
 def _load():
-    library = library_path() if enabled() else None
+    """(module, "") or (None, why not)."""
+    reason = disabled_reason()
+    if reason:
+        return None, reason
+    library = library_path()
     if library is None:
-        return None
-    if not library.exists() and build() is None:
-        return None
+        return None, "torch was not found"
+    if not library.exists():
+        if shutil.which(_compiler()) is None:
+            return None, f"no C++ compiler ({_compiler()!r} not found; set $CXX)"
+        if build() is None:
+            log = _failure_log(library)
+            return None, f"its build failed (log: {log})" if log.exists() else "it could not be built"
     try:
         loader = importlib.machinery.ExtensionFileLoader(MODULE_NAME, str(library))
         spec = importlib.util.spec_from_file_location(MODULE_NAME, library, loader=loader)
         module = importlib.util.module_from_spec(spec)
         loader.exec_module(module)
-    except (ImportError, OSError):  # built against another torch or libc than this process has
-        return None
-    from detaudit.dynamic.record import tracer
-
-    module.configure(tracer.native_constants())
-    return module
+    except (ImportError, OSError) as error:  # built against another torch or libc than this process has
+        return None, f"{library} did not load: {error}"
+    return module, ""
 
 
 if __name__ == "__main__":
