@@ -50,7 +50,7 @@ from torch import nn
 from torch.utils._python_dispatch import TorchDispatchMode
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from detaudit.dynamic.record.hooks import TrainingWatcher  # noqa: E402
+from detaudit.launch.watcher import TrainingWatcher  # noqa: E402
 from detaudit.dynamic.record.tracer import OpTracer  # noqa: E402
 
 
@@ -132,7 +132,7 @@ def load_tracer(checkout: Path) -> tuple[type, type]:
     try:
         try:
             tracer_module = importlib.import_module("detaudit.dynamic.record.tracer")
-            watch_module = importlib.import_module("detaudit.dynamic.record.hooks")
+            watch_module = importlib.import_module("detaudit.launch.watcher")
         except ModuleNotFoundError:  # a checkout from before dynamic/ had sub-packages
             tracer_module = importlib.import_module("detaudit.dynamic.tracer")
             watch_module = importlib.import_module("detaudit.dynamic.watch")

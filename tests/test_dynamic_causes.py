@@ -5,13 +5,12 @@ from __future__ import annotations
 import copy
 import json
 import pickle
-from dataclasses import fields
 
 import pytest
 
 from detaudit.dynamic.compare.causes import CAUSE_KINDS, RNG, CauseKind, _register
 from detaudit.dynamic.variations import VARIATIONS
-from detaudit.launch.process import LaunchOptions
+from detaudit.launch.child_settings import CHILD_SETTINGS
 
 
 def test_a_kind_is_its_name_and_stays_the_registrys_object():
@@ -27,14 +26,14 @@ def test_codes_and_names_are_unique():
         _register(CauseKind("DYN099", "rng", "", ""))
 
 
-def test_each_variation_varies_a_launch_option_between_repeats_or_is_an_audit_of_its_own():
+def test_each_variation_varies_a_child_setting_between_repeats_or_is_an_audit_of_its_own():
     assert VARIATIONS["threads"].settings(4) == [1, 1, 2, 4]
     assert VARIATIONS["hashseed"].settings(4) == ["0", "0", "1", "2"]
-    launch_options = {f.name for f in fields(LaunchOptions)}
     for variation in VARIATIONS.values():
         if variation.repeats_script:
-            assert variation.launch_option in launch_options and not variation.audit
+            assert variation.setting in CHILD_SETTINGS and not variation.audit
+            assert CHILD_SETTINGS[variation.setting].fingerprint_key  # what a run ran with shows
         else:
-            assert callable(variation.audit_function()) and not variation.launch_option
+            assert callable(variation.audit_function()) and not variation.setting
         assert CAUSE_KINDS[variation.cause.name] is variation.cause
     assert not VARIATIONS["batch"].repeats_script

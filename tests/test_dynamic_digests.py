@@ -17,8 +17,8 @@ import torch
 from detaudit.dynamic.compare.classify import compare_traces
 from detaudit.dynamic.compare.trace_format import Trace
 from detaudit.dynamic.faults.injector import FaultInjector, next_up
-from detaudit.dynamic.record.hooks import TrainingWatcher
 from detaudit.dynamic.record.tracer import OpTracer
+from detaudit.launch.watcher import TrainingWatcher
 
 _NAMES = [
     "bool", "uint8", "int8", "int16", "int32", "int64", "uint16", "uint32", "uint64",

@@ -10,8 +10,8 @@ import detaudit
 from detaudit.dynamic.compare.classify import Trace, compare_traces
 from detaudit.dynamic.compare.divergence import PROPAGATED, ROOT, divergence_of
 from detaudit.dynamic.record.digests import SAMPLE_ELEMENTS, output_sample
-from detaudit.dynamic.record.hooks import TrainingWatcher
 from detaudit.dynamic.record.tracer import OpTracer
+from detaudit.launch.watcher import TrainingWatcher
 
 
 def two_embedding_steps():

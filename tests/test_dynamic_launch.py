@@ -8,7 +8,10 @@ import textwrap
 import time
 from pathlib import Path
 
-from detaudit.launch.process import LaunchOptions, run_script
+from detaudit.dynamic.record.features import SaveFinalState
+from detaudit.launch.options import LaunchOptions
+from detaudit.launch.process import run_script
+from detaudit.stats.perturbation import PerturbOneUlp
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "dynamic"
 
@@ -43,7 +46,7 @@ def test_seed_makes_unseeded_draws_equal_and_hash_seed_is_passed(tmp_path):
         """,
     )
     outputs = [
-        run_script(script, options=LaunchOptions(seed=7, hash_seed="5"), timeout=60).stdout for _ in range(2)
+        run_script(script, options=LaunchOptions(seed=7, settings={"hash-seed": "5"}), timeout=60).stdout for _ in range(2)
     ]
     assert outputs[0] == outputs[1]
     assert outputs[0].split()[-1] == "5"
@@ -52,7 +55,7 @@ def test_seed_makes_unseeded_draws_equal_and_hash_seed_is_passed(tmp_path):
 def test_stops_after_max_steps_and_saves_state(tmp_path):
     result = run_script(
         FIXTURES / "deterministic_mlp.py",
-        options=LaunchOptions(max_steps=2, save_state=True, output_dir=tmp_path / "out"),
+        options=LaunchOptions(max_steps=2, features=(SaveFinalState(),), output_dir=tmp_path / "out"),
         timeout=120,
     )
     assert not result.failed, result.stderr
@@ -67,7 +70,7 @@ def test_stops_after_max_steps_and_saves_state(tmp_path):
 
 def test_perturb_moves_one_element_by_one_ulp(tmp_path):
     result = run_script(
-        FIXTURES / "deterministic_mlp.py", options=LaunchOptions(max_steps=1, perturb_ulp_seed=3), timeout=120
+        FIXTURES / "deterministic_mlp.py", options=LaunchOptions(max_steps=1, features=(PerturbOneUlp(3),)), timeout=120
     )
     perturbed = result.payload["perturbed"]
     assert perturbed["param"] == "model.0.weight"

@@ -26,9 +26,9 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 from detaudit.dynamic.record import native
-from detaudit.dynamic.record.hooks import StopRun, TrainingWatcher
 from detaudit.dynamic.record.online_capture import OnlineCapture
 from detaudit.dynamic.record.tracer import OpTracer
+from detaudit.launch.watcher import StopRun, TrainingWatcher
 
 ROOT = Path(__file__).resolve().parents[1]
 HAS_COMPILER = shutil.which("c++") is not None
@@ -360,3 +360,15 @@ def test_detaudit_run_names_the_same_cause_with_either_recorder():
     verdict, causes = _audit(script)
     assert (verdict, causes) == _audit(script, DETAUDIT_NATIVE="0")
     assert verdict == "nondeterministic" and causes
+
+
+def test_the_run_report_says_which_recorder_traced_and_why_not_the_compiled_one():
+    script = ROOT / "fixtures" / "dynamic" / "deterministic_mlp.py"
+    command = [sys.executable, "-m", "detaudit", "run", str(script), "--repeats", "2", "--steps", "1"]
+    environment = {**os.environ, "DETAUDIT_NATIVE": "0"}
+    as_json = subprocess.run([*command, "--format", "json"], env=environment, capture_output=True, text=True, timeout=600, cwd=ROOT)
+    assert as_json.returncode == 0, as_json.stderr
+    assert json.loads(as_json.stdout)["environment"]["detaudit.recorder"] == "python (DETAUDIT_NATIVE=0)"
+    as_text = subprocess.run(command, env=environment, capture_output=True, text=True, timeout=600, cwd=ROOT)
+    environment_line = " ".join(as_text.stdout.partition("Environment: ")[2].split())  # undo the console's wrapping
+    assert "detaudit.recorder=python (DETAUDIT_NATIVE=0)" in environment_line

@@ -8,9 +8,9 @@ import torch
 
 from detaudit.dynamic.compare.classify import Trace, compare_traces
 from detaudit.dynamic.compare.divergence import divergence_of
-from detaudit.dynamic.record.hooks import StopRun, TrainingWatcher
 from detaudit.dynamic.record.online_capture import OnlineCapture, select
 from detaudit.dynamic.record.tracer import OpTracer
+from detaudit.launch.watcher import StopRun, TrainingWatcher
 
 
 def train(noise: float, noisy_step: int = 1) -> None:

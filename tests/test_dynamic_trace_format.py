@@ -19,8 +19,8 @@ from detaudit.dynamic.compare.trace_format import (
     RngEvent,
     Trace,
 )
-from detaudit.dynamic.record.hooks import TrainingWatcher
 from detaudit.dynamic.record.tracer import OpTracer
+from detaudit.launch.watcher import TrainingWatcher
 
 ROOT = Path(__file__).resolve().parents[1]
 

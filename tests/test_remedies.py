@@ -32,7 +32,9 @@ from detaudit.dynamic.remedy.catalogue import (
 from detaudit.dynamic.verdict.run_report import RootCause
 from detaudit.knowledge.apis import RESEED_FROM_ENTROPY
 from detaudit.knowledge.ops import load_ops_table
-from detaudit.launch.process import LaunchOptions, run_script
+from detaudit.launch.features import RecordEnvironment
+from detaudit.launch.options import LaunchOptions
+from detaudit.launch.process import run_script
 from detaudit.launch.seed_generators import GENERATORS, RESEEDER
 from detaudit.launch.seed_generators import paste_code as generators_code
 from detaudit.static.rules.entropy import SEEDED_BY_OS_WHEN_NONE
@@ -96,9 +98,9 @@ def test_candidates_for_other_causes_come_from_the_cause_registry():
 
 def test_settings_take_the_tables_safe_values_where_they_matter_on_the_audited_machine():
     deterministic = REMEDIES["deterministic-algorithms"]
-    assert deterministic.options(CPU) == {"settings": {"deterministic-algorithms": True}}
+    assert deterministic.options(CPU) == {"backend": {"deterministic-algorithms": True}}
     # a CUDA torch before 2.10 raises in cuBLAS without the workspace variable
-    assert deterministic.options(OLD_CUDA)["settings"] == {"deterministic-algorithms": True, "cublas-workspace-config": ":4096:8"}
+    assert deterministic.options(OLD_CUDA)["backend"] == {"deterministic-algorithms": True, "cublas-workspace-config": ":4096:8"}
     assert REMEDIES["pin-threads"].options(CPU) == {"threads": 4}
     assert REMEDIES["pin-threads"].label(CPU) == "threads pinned to 4"
 
@@ -107,7 +109,7 @@ def test_remedies_that_set_one_option_to_two_values_do_not_combine():
     with pytest.raises(Conflict):
         combined_options([REMEDIES["one-thread"], REMEDIES["pin-threads"]], CPU)
     options = combined_options([REMEDIES["deterministic-algorithms"], REMEDIES["cudnn-deterministic"]], OLD_CUDA)
-    assert set(options["settings"]) == {"deterministic-algorithms", "cublas-workspace-config", "cudnn-benchmark", "cudnn-deterministic"}
+    assert set(options["backend"]) == {"deterministic-algorithms", "cublas-workspace-config", "cudnn-benchmark", "cudnn-deterministic"}
 
 
 def test_pasted_code_spells_settings_as_the_audited_torch_does():
@@ -180,7 +182,7 @@ def _draws(stdout: str) -> list[float]:
 def test_the_bootstrap_seeds_generators_made_without_a_seed_and_says_where(tmp_path):
     script = tmp_path / "unseeded.py"
     script.write_text(UNSEEDED)
-    options = LaunchOptions(seed=0, seed_generators=tuple(GENERATORS))
+    options = LaunchOptions(seed=0, settings={"seed-generators": True})
     first, second = (run_script(script, options=options, cwd=tmp_path) for _ in range(2))
     assert not first.failed, first.stderr
     assert _draws(first.stdout) == _draws(second.stdout)
@@ -208,7 +210,9 @@ def test_the_pasted_generator_seeding_does_the_same_in_a_plain_process(tmp_path)
 def test_settings_reach_the_child_and_every_step_end_is_timed():
     result = run_script(
         FIXTURES / "deterministic_mlp.py",
-        options=LaunchOptions(max_steps=3, settings={"deterministic-algorithms": True}, record_environment=True),
+        options=LaunchOptions(
+            max_steps=3, settings={"backend": {"deterministic-algorithms": True}}, features=(RecordEnvironment(),)
+        ),
     )
     assert not result.failed, result.stderr
     ends = result.payload["step_ends"]

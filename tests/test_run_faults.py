@@ -23,8 +23,10 @@ from xml.etree import ElementTree
 import pytest
 
 from detaudit.cli import main
+from detaudit.dynamic.record.features import SaveFinalState, Tracing
 from detaudit.dynamic.runner import audit_script
-from detaudit.launch.process import EXIT_GRACE_SECONDS, OUTPUT_TAIL_BYTES, LaunchOptions, run_script
+from detaudit.launch.options import LaunchOptions
+from detaudit.launch.process import EXIT_GRACE_SECONDS, OUTPUT_TAIL_BYTES, run_script
 
 ROOT = Path(__file__).resolve().parents[1]
 FAULTS = ROOT / "fixtures" / "dynamic" / "faults"
@@ -129,7 +131,7 @@ def test_forked_child_counts_no_steps_and_writes_no_results(tmp_path):
     result = run_script(
         FAULTS / "forked_child_keeps_training.py",
         [child_steps],
-        options=LaunchOptions(max_steps=2, trace=True, save_state=True, output_dir=tmp_path / "out"),
+        options=LaunchOptions(max_steps=2, features=(Tracing(), SaveFinalState()), output_dir=tmp_path / "out"),
         timeout=120,
     )
     assert not result.failed, result.stderr

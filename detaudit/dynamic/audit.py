@@ -12,7 +12,7 @@ from __future__ import annotations
 from contextlib import nullcontext
 from typing import Any, Callable
 
-from detaudit.dynamic.verdict.run_report import RunReport
+from detaudit.dynamic.verdict.run_report import RECORDER_KEY, RunReport
 
 
 def _run_traced(
@@ -20,9 +20,9 @@ def _run_traced(
 ):
     from detaudit.dynamic.compare.classify import Trace
     from detaudit.dynamic.record.final_state import cpu_copy, returned_state
-    from detaudit.dynamic.record.hooks import StopRun, TrainingWatcher
     from detaudit.dynamic.record.tracer import OpTracer
     from detaudit.launch.bootstrap import seed_all
+    from detaudit.launch.watcher import StopRun, TrainingWatcher
 
     if setup is not None:
         setup()
@@ -47,7 +47,7 @@ def _run_traced(
         watcher.close()
     state = returned_state(value)
     tracer.note_final_state(state)
-    return Trace(**tracer.trace_data()), cpu_copy(state), tracer.captured
+    return Trace(**tracer.trace_data()), cpu_copy(state), tracer.captured, tracer.recorder
 
 
 def audit(
@@ -72,7 +72,7 @@ def audit(
     traces, states = [], []
     for repeat in range(repeats):
         # each repeat fills torch.empty's memory with its own number (OpTracer.allocation_fill)
-        trace, state, _ = _run_traced(step, seed, deterministic, repeat + 1, setup=setup)
+        trace, state, _, recorder = _run_traced(step, seed, deterministic, repeat + 1, setup=setup)
         traces.append(trace)
         states.append(SavedState.of_tensors(state))
 
@@ -85,7 +85,7 @@ def audit(
         traces,
         states,
         steps=0,
-        environment=_environment(),
+        environment={**_environment(), RECORDER_KEY: recorder},
         capture=capture,
     )
     report.strict = strict

@@ -34,10 +34,14 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
+from detaudit.dynamic.faults.feature import InjectFault
 from detaudit.dynamic.faults.spec import fault_for_repeat
+from detaudit.dynamic.record.features import ReplicaDigests, SaveFinalState, Tracing
 from detaudit.dynamic.variations import VARIATIONS
-from detaudit.dynamic.verdict.run_report import RunFailure
-from detaudit.launch.process import LaunchOptions, ScriptResult, run_script, terminate_all
+from detaudit.dynamic.verdict.run_report import RECORDER_KEY, RunFailure
+from detaudit.launch.features import RecordEnvironment
+from detaudit.launch.options import LaunchOptions
+from detaudit.launch.process import ScriptResult, run_script, terminate_all
 from detaudit.report.progress import NoProgress
 
 
@@ -69,8 +73,8 @@ def audit_script(
 ):
     """Run ``script`` ``repeats`` times and report; ``strict``: a latent
     difference fails the gate too (see ``verdict/run_report.py``).  ``remedy_options``:
-    LaunchOptions fields every run gets, applied after the variation's setting
-    (the remedies ``--remedy`` tries).  ``measure=False`` skips the capture
+    child settings every run gets (``detaudit.launch.child_settings``), made
+    after the variation's setting (the remedies ``--remedy`` tries).  ``measure=False`` skips the capture
     reruns that measure each cause's deviation.  ``jobs``: runs at a time
     (see the module docstring)."""
     from detaudit.dynamic.compare.classify import Trace
@@ -88,15 +92,19 @@ def audit_script(
             progress=progress, **(vary_options or {}),
         )
     settings = variation.settings(repeats) if variation else []
-    base = LaunchOptions(seed=seed, max_steps=steps, deterministic=deterministic, trace=True, save_state=True)
+    base = LaunchOptions(
+        seed=seed, max_steps=steps, settings={"deterministic": True} if deterministic else {},
+        features=(SaveFinalState(),),
+    )
 
-    def options_for(repeat: int, output_dir: Path, **extra) -> LaunchOptions:
-        if variation:
-            extra[variation.launch_option] = settings[repeat]
-        return replace(
-            base, output_dir=output_dir, fault=fault_for_repeat(repeat), allocation_fill=repeat + 1,
-            **{**extra, **(remedy_options or {})},
+    def options_for(repeat: int, output_dir: Path, *features) -> LaunchOptions:
+        """Repeat ``repeat``'s options: its variation setting, the remedy's settings after it, its fault."""
+        options = base.with_settings({variation.setting: settings[repeat]} if variation else {})
+        fault = fault_for_repeat(repeat)
+        options = options.with_settings(remedy_options or {}).with_features(
+            Tracing(allocation_fill=repeat + 1), *((InjectFault(fault),) if fault else ()), *features
         )
+        return replace(options, output_dir=output_dir)
 
     warnings: list[str] = []
     progress = progress or NoProgress()
@@ -107,7 +115,7 @@ def audit_script(
         started = time.monotonic()
         result = run_script(script, script_args, options=options, timeout=timeout, cwd=cwd)
         ok = not result.failed and result.wrote_results
-        progress.finished(label, _outcome(result, time.monotonic() - started, count_steps=not options.capture_ops), ok=ok)
+        progress.finished(label, _outcome(result, time.monotonic() - started, count_steps=not _captures(options)), ok=ok)
         if not ok:
             raise ScriptFailed(RunFailure.of(script, _which(repeat, options), result, repeats=repeats, steps=steps))
         return result
@@ -121,19 +129,19 @@ def audit_script(
 
     with tempfile.TemporaryDirectory(prefix="detaudit-run-") as workdir:
         runs = [
-            (repeat, options_for(repeat, Path(workdir) / f"run{repeat}", record_environment=True))
+            (repeat, options_for(repeat, Path(workdir) / f"run{repeat}", RecordEnvironment()))
             for repeat in range(repeats)
         ]
         if jobs == 1 or _gpu_may_be_visible():
             if measure:  # run 1 keeps its first steps, in case a later run compared with it differs there
-                runs[0] = (0, replace(runs[0][1], keep_first_steps=True))
+                runs[0] = (0, runs[0][1].changing(Tracing, keep_first_steps=True))
             results = launch_all(runs[:1], 1)
             if jobs > 1 and results[0].payload.get("environment", {}).get("torch.cuda.is_available"):
                 jobs = 1
                 warnings.append("--jobs: the runs went one at a time, as CUDA is visible (repeats never share a GPU)")
             if jobs == 1 and measure:  # run 1 has ended: the others compare with it as they run
                 reference = results[0].payload["trace_file"]
-                runs[1:] = [(repeat, replace(options, compare_with=reference)) for repeat, options in runs[1:]]
+                runs[1:] = [(repeat, options.changing(Tracing, compare_with=reference)) for repeat, options in runs[1:]]
             results += launch_all(runs[1:], jobs)
         else:
             results = launch_all(runs, jobs)
@@ -154,8 +162,8 @@ def audit_script(
             rerun = [repeat for repeat in (0, other) if kept[repeat] is None]
             progress.add(len(rerun))
             reruns = [
-                (repeat, options_for(
-                    repeat, Path(workdir) / f"capture{repeat}", capture_ops=tuple(records), sampled_ops=tuple(sampled)
+                (repeat, options_for(repeat, Path(workdir) / f"capture{repeat}").changing(
+                    Tracing, capture_ops=tuple(records), sampled_ops=tuple(sampled)
                 ))
                 for repeat in rerun
             ]
@@ -169,7 +177,7 @@ def audit_script(
             traces,
             states,
             steps=steps,
-            environment=results[0].payload.get("environment", {}),
+            environment=_environment(results[0].payload),
             capture=capture if measure else None,
             variation=variation,
             run_environments=[result.payload.get("environment", {}) for result in results],
@@ -184,14 +192,24 @@ def audit_script(
     return report
 
 
+def _environment(payload: dict) -> dict:
+    """A run's fingerprint as the report shows it, with the recorder that traced it."""
+    return {**payload.get("environment", {}), RECORDER_KEY: payload.get("recorder")}
+
+
+def _captures(options: LaunchOptions) -> bool:
+    """Whether the run is a capture rerun (it stops once it has its records' tensors)."""
+    return bool(options.feature(Tracing).capture_ops)
+
+
 def _label(repeat: int, options: LaunchOptions) -> str:
-    return f"capture rerun of run {repeat + 1}" if options.capture_ops else f"run {repeat + 1}"
+    return f"capture rerun of run {repeat + 1}" if _captures(options) else f"run {repeat + 1}"
 
 
 def _which(repeat: int, options: LaunchOptions) -> str:
     """The run as a failure or a warning names it."""
     label = _label(repeat, options)
-    return f"the {label}" if options.capture_ops else label
+    return f"the {label}" if _captures(options) else label
 
 
 def _run_concurrently(launch, runs: list[tuple], at_a_time: int) -> list:
@@ -291,7 +309,8 @@ def audit_distributed(
 
     progress = progress or NoProgress()
     base = LaunchOptions(
-        seed=seed, max_steps=steps, deterministic=deterministic, trace=True, save_state=True, replica_digests=True
+        seed=seed, max_steps=steps, settings={"deterministic": True} if deterministic else {},
+        features=(RecordEnvironment(), SaveFinalState(), ReplicaDigests()),
     )
     warnings: list[str] = []
     with tempfile.TemporaryDirectory(prefix="detaudit-run-") as workdir:
@@ -300,9 +319,7 @@ def audit_distributed(
             label = f"run {repeat + 1}"
             progress.started(label)
             started = time.monotonic()
-            options = replace(
-                base, output_dir=Path(workdir) / f"run{repeat}", record_environment=True, allocation_fill=repeat + 1
-            )
+            options = replace(base.with_features(Tracing(allocation_fill=repeat + 1)), output_dir=Path(workdir) / f"run{repeat}")
             run = run_distributed(
                 script, script_args, options=options, distributed=distributed, timeout=timeout, cwd=cwd
             )
@@ -327,7 +344,7 @@ def audit_distributed(
                     for run in runs
                 ],
                 steps=steps,
-                environment=runs[0].ranks[rank].payload.get("environment", {}),
+                environment=_environment(runs[0].ranks[rank].payload),
                 run_environments=[run.ranks[rank].payload.get("environment", {}) for run in runs],
             )
             for rank in ranks

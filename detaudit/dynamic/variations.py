@@ -2,12 +2,13 @@
 
 A variation is one of two shapes:
 
-* a *setting changed between repeats* of the script (threads, hash seed):
-  runs 1 and 2 keep its control setting (the control pair) and later runs
-  take varied ones; a root cause seen only in pairs whose setting differed is
-  reported as the variation's cause kind.  The entry names the
-  ``LaunchOptions`` field its setting goes to; ``launch.py`` and the
-  bootstrap apply it in the child.
+* a *setting changed between repeats* of the script (threads, hash seed,
+  CPU capability): runs 1 and 2 keep its control setting (the control pair)
+  and later runs take varied ones; a root cause seen only in pairs whose
+  setting differed is reported as the variation's cause kind.  The entry
+  names the child setting (``detaudit.launch.child_settings``) that carries
+  the setting to the child, which says how it is made there and which
+  fingerprint key shows what a run ran with.
 * an *audit of its own* in place of the repeats (batch): ``audit`` names the
   function, as "module:function", that runs it and returns its report; the
   runner calls it with the script, its arguments, the run options and the
@@ -24,6 +25,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from detaudit.dynamic.compare.causes import BATCH_VARIANT_OP, HASH_ORDER, THREAD_COUNT, CauseKind
+from detaudit.launch.child_settings import child_setting
 
 
 @dataclass(frozen=True)
@@ -32,10 +34,9 @@ class Variation:
     help: str  # what it varies, for --help
     cause: CauseKind  # what a difference it brings out is reported as
     # a setting changed between repeats:
-    launch_option: str = ""  # the LaunchOptions field that carries the setting to the child
+    setting: str = ""  # the child setting (launch/child_settings.py) that carries it to the child
     control: Any = None  # the setting of runs 1 and 2
     varied: Callable[[int], Any] | None = None  # the setting of the k-th varied run, k = 1, 2, ...
-    fingerprint_key: str = ""  # the environment fingerprint's key that shows the setting a run ran with
     # or an audit of its own, "module:function", in place of the repeats
     audit: str = ""
     options: tuple[str, ...] = ()  # the run options (command-line flags) its audit takes
@@ -55,16 +56,14 @@ class Variation:
 
     def in_effect(self, environment: dict) -> Any:
         """The setting a run ran with, from its fingerprint (the script may have set its own)."""
-        return environment.get(self.fingerprint_key)
+        return environment.get(child_setting(self.setting).fingerprint_key)
 
 
 VARIATIONS: dict[str, Variation] = {
     variation.name: variation
     for variation in (
-        Variation("threads", "intra-op threads", THREAD_COUNT, launch_option="threads", control=1, varied=lambda k: 2 * k,
-                  fingerprint_key="torch.get_num_threads"),
-        Variation("hashseed", "PYTHONHASHSEED", HASH_ORDER, launch_option="hash_seed", control="0", varied=str,
-                  fingerprint_key="env.PYTHONHASHSEED"),
+        Variation("threads", "intra-op threads", THREAD_COUNT, setting="threads", control=1, varied=lambda k: 2 * k),
+        Variation("hashseed", "PYTHONHASHSEED", HASH_ORDER, setting="hash-seed", control="0", varied=str),
         Variation(
             "batch",
             "the batch a sample is in (calls the script's detaudit_batch_entry on detaudit_batch_samples)",

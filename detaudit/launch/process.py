@@ -1,8 +1,8 @@
 """Run a user script in a fresh subprocess under detaudit's bootstrap.
 
 The child is ``python -m detaudit.launch.bootstrap``: it reads a JSON config
-from an environment variable, prepares the process (seeds, thread count,
-determinism switches, step limit, tracing) and then runs the script as
+(``LaunchOptions.config``) from an environment variable, prepares the process
+(seeds, child settings, step limit, features such as tracing) and then runs the script as
 ``python SCRIPT ARGS`` would, in the same working directory.  Whatever the
 script does (crash, ``sys.exit``, ``os._exit``, a signal, a hang, endless
 output, children left behind), the parent gets the tail of its output back and
@@ -22,48 +22,17 @@ import sys
 import tempfile
 import threading
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Callable, Sequence
+
+from detaudit.launch.options import LaunchOptions
 
 CONFIG_ENV = "DETAUDIT_BOOTSTRAP_CONFIG"
 PAYLOAD_NAME = "payload.json"
 # the repository root that holds the ``detaudit`` package, so the child can
 # import it even when detaudit is not installed
 _PACKAGE_PARENT = str(Path(__file__).resolve().parents[2])
-
-
-@dataclass
-class LaunchOptions:
-    seed: int | None = 0  # seed random/numpy/torch(+CUDA) before the script; None = the script's own seeding
-    max_steps: int = 0  # stop cleanly after N optimizer steps; 0 = run to completion
-    threads: int | None = None  # torch.set_num_threads in the child
-    hash_seed: str | None = None  # PYTHONHASHSEED for the child (None = inherit)
-    deterministic: bool = False  # detaudit.enable_determinism() before the script
-    perturb_ulp_seed: int | None = None  # move one parameter element by one ULP at the first step
-    output_dir: Path | None = None  # where the child writes results; a temp dir if None
-    extra_env: dict[str, str] = field(default_factory=dict)
-    # what the child records (all off by default: plain runs stay plain)
-    save_state: bool = False  # save params, grads, buffers, optimizer state and loss at the end
-    # put detaudit.runtime.environment.fingerprint() in the payload, as of the
-    # end of the first optimizer step (the settings it trained with), else of the run
-    record_environment: bool = False
-    trace: bool = False  # op-level tracing (detaudit.dynamic.record.tracer) written to trace.json
-    capture_ops: tuple[int, ...] = ()  # traced op indices whose tensors are saved; stops after the last
-    allocation_fill: int | None = None  # traced: what torch.empty*'s memory is filled with (tracer.allocation_fill)
-    # instead of running the script: audit its batch entry point (detaudit.dynamic.batch.vary)
-    batch_audit: dict | None = None
-    sampled_ops: tuple[int, ...] = ()  # of capture_ops: save a sample of the outputs only (record/digests.output_sample)
-    # traced: the reference run's trace.json, compared with op by op, keeping the tensors of the ops that
-    # differ (detaudit.dynamic.record.online_capture)
-    compare_with: str | None = None
-    keep_first_steps: bool = False  # traced: keep the tensors of the first steps' ops, for compare_with runs to need
-    # remedies (detaudit run --remedy, dynamic/remedies.py), applied before the script like code pasted at its top
-    settings: dict[str, Any] = field(default_factory=dict)  # settings-table id -> value (knowledge/backend_settings.json)
-    seed_generators: tuple[str, ...] = ()  # calls that seed from the OS, given seeds instead (dynamic/generators.py)
-    per_rank: bool = False  # one bootstrap per rank (torchrun.py): results, output and pid in rank<LOCAL_RANK>/
-    replica_digests: bool = False  # digest the state at every step boundary, for the cross-rank check (distributed.py)
-    fault: dict | None = None  # test-only: perturb one op call's output (detaudit.dynamic.faults.spec)
 
 
 @dataclass
@@ -178,21 +147,10 @@ def run_script(
     payload_path = output_dir / PAYLOAD_NAME
     payload_path.unlink(missing_ok=True)
 
-    config = asdict(options)
-    config.update(
-        script=str(script_path.resolve()),
-        args=[str(a) for a in script_args],
-        output_dir=str(output_dir.resolve()),
-        capture_ops=list(options.capture_ops),
-        sampled_ops=list(options.sampled_ops),
-        seed_generators=list(options.seed_generators),
-    )
-    env = dict(os.environ)
-    env.update(options.extra_env)
+    config = options.config(str(script_path.resolve()), [str(a) for a in script_args], output_dir.resolve())
+    env = options.environment(os.environ)
     env[CONFIG_ENV] = json.dumps(config)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (_PACKAGE_PARENT, env.get("PYTHONPATH")) if p)
-    if options.hash_seed is not None:
-        env["PYTHONHASHSEED"] = str(options.hash_seed)
 
     process = subprocess.Popen(
         [sys.executable, "-m", *launcher, "detaudit.launch.bootstrap"],

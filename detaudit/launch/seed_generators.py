@@ -7,9 +7,9 @@ in ``GENERATORS`` is replaced by one that passes the next seed of a counter
 (S+1, S+2, ... in the order the calls happen) when it is called without one,
 and behaves as before when given one.  The same replacement exists twice:
 
-* ``install`` applies it in the child process of a run (the bootstrap calls
-  it for ``LaunchOptions.seed_generators``) and records where the script made
-  each unseeded generator;
+* ``install`` applies it in the child process of a run (the child setting
+  ``seed-generators``, ``child_settings.py``) and records where the script
+  made each unseeded generator;
 * ``paste_code`` writes it as plain numpy/random/torch code to paste at the
   top of a script.
 

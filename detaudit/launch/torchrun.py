@@ -32,7 +32,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Sequence
 
-from detaudit.launch.process import LaunchOptions, ScriptResult, kill_process_group, run_script
+from detaudit.launch.options import LaunchOptions
+from detaudit.launch.process import ScriptResult, kill_process_group, run_script
 
 #: how long the ranks get to write their stacks after SIGUSR1
 _STACK_DUMP_SECONDS = 1.0

@@ -2,8 +2,11 @@
 
 ``seeding`` (seed_everything, seed_worker, make_generator), ``determinism``
 (enable_determinism, deterministic), ``status`` and ``environment`` (the
-determinism fingerprint shared with the dynamic pass).  This package file stays
-free of torch/numpy imports: ``import detaudit`` loads the helpers lazily.
+determinism fingerprint shared with the dynamic pass), ``settings`` (the
+backend settings table applied to the running torch: which spelling this
+version has, reading and writing it).  May import ``detaudit.knowledge``.
+This package file stays free of torch/numpy imports: ``import detaudit``
+loads the helpers lazily.
 """
 
 from __future__ import annotations

@@ -34,13 +34,14 @@ from typing import Any, Callable, Iterable
 
 from detaudit.knowledge.backend_settings import Setting, backend_settings
 from detaudit.knowledge.ops.versions import version_in_range
+from detaudit.launch.child_settings import CHILD_SETTINGS
 from detaudit.runtime.settings import reader
 
 # Environment variables recorded whether set or not (None when unset), so that
-# "set in one run, unset in the other" shows up in a diff: these and the
-# settings table's variables.
+# "set in one run, unset in the other" shows up in a diff: these, the child
+# settings detaudit makes as variables and the settings table's variables.
 DETERMINISM_ENV_VARS = (
-    "PYTHONHASHSEED",
+    *(setting.environment for setting in CHILD_SETTINGS.values() if setting.environment),
     *(s.spellings[0].environment for s in backend_settings().settings if s.spellings[0].environment),
     "CUDA_LAUNCH_BLOCKING",
     "NCCL_ALGO",

@@ -58,7 +58,10 @@ def run_probe(
     """Runs the three variants (up to ``jobs`` at a time), deterministic mode on;
     ``distributed`` (a ``torchrun.Distributed``): each under torchrun, rank 0's
     metrics and state compared (every rank moves the same weight by one ULP)."""
-    from detaudit.launch.process import LaunchOptions
+    from detaudit.dynamic.record.features import SaveFinalState
+    from detaudit.launch.options import LaunchOptions
+    from detaudit.stats.perturbation import PerturbOneUlp
+    from detaudit.stats.runner import run_settings
 
     def one(variant: str) -> ProbeRun:
         run = ProbeRun(variant, reseed if variant == RESEED else seed)
@@ -67,11 +70,8 @@ def run_probe(
         options = LaunchOptions(
             seed=run.seed,
             max_steps=steps,
-            threads=threads,
-            hash_seed=str(seed),
-            deterministic=True,
-            perturb_ulp_seed=perturb_seed if variant == ONE_ULP else None,
-            save_state=True,
+            settings=run_settings(hash_seed=str(seed), threads=threads, deterministic=True),
+            features=(SaveFinalState(), *((PerturbOneUlp(perturb_seed),) if variant == ONE_ULP else ())),
         )
         result, outputs = launch(
             script, script_args, folder / variant.replace(" ", "-"), options, timeout, distributed=distributed

@@ -14,6 +14,7 @@ import shutil
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
+from dataclasses import replace
 from pathlib import Path
 
 from detaudit.report.progress import RunProgress
@@ -57,6 +58,17 @@ def script_arguments(script_args, seed: int | None) -> list[str]:
     return [argument.replace(SEED_PLACEHOLDER, str(seed)) for argument in script_args]
 
 
+def run_settings(*, hash_seed: str, threads: int | None, deterministic: bool) -> dict:
+    """The child settings (``detaudit.launch.child_settings``) of a statistics run:
+    its hash seed, and the thread count and determinism when asked for."""
+    settings: dict = {"hash-seed": hash_seed}
+    if threads:
+        settings["threads"] = threads
+    if deterministic:
+        settings["deterministic"] = True
+    return settings
+
+
 def launch(
     script: str,
     script_args,
@@ -78,8 +90,10 @@ def launch(
     shutil.rmtree(folder, ignore_errors=True)  # leftovers of an interrupted attempt
     folder.mkdir(parents=True)
     seed_env = {} if options.seed is None else {SEED_ENV: str(options.seed)}
-    options.extra_env = {**options.extra_env, **seed_env, STATS_DIR_ENV: str(folder.resolve())}
-    options.output_dir = folder / "launch"
+    options = replace(
+        options, extra_env={**options.extra_env, **seed_env, STATS_DIR_ENV: str(folder.resolve())},
+        output_dir=folder / "launch",
+    )
     arguments = script_arguments(script_args, options.seed)
     if distributed is None:
         result = run_script(
@@ -112,17 +126,17 @@ def run_status(result, outputs, *, require_metrics: bool = True) -> str:
 
 
 def _run_once(study: Study, run: PlannedRun, gpu: int | None, timeout: float | None, cancel: threading.Event) -> RunRecord:
-    from detaudit.launch.process import LaunchOptions
+    from detaudit.launch.features import RecordEnvironment
+    from detaudit.launch.options import LaunchOptions
 
     settings = study.settings
     options = LaunchOptions(
         seed=run.seed,
         max_steps=settings.max_steps,
-        threads=settings.threads,
-        hash_seed=str(run.seed),  # part of "the seed": fixed in the fixed arm, varied in the other
-        deterministic=settings.deterministic,
+        # the hash seed is part of "the seed": fixed in the fixed arm, varied in the other
+        settings=run_settings(hash_seed=str(run.seed), threads=settings.threads, deterministic=settings.deterministic),
         extra_env={} if gpu is None else {"CUDA_VISIBLE_DEVICES": str(gpu)},
-        record_environment=True,
+        features=(RecordEnvironment(),),
     )
     started = time.monotonic()
     result, outputs = launch(

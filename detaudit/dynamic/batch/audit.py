@@ -69,9 +69,9 @@ from detaudit.dynamic.compare.causes import (
 )
 from detaudit.dynamic.compare.state_diff import tensor_diff
 from detaudit.dynamic.record.final_state import returned_state
-from detaudit.dynamic.record.hooks import TrainingWatcher, user_frame, variable_name
 from detaudit.dynamic.record.op_info import ALLOCATION_OPS
 from detaudit.dynamic.record.tracer import OpTracer
+from detaudit.launch.watcher import TrainingWatcher, user_frame, variable_name
 
 DEFAULT_BATCH_SIZES = (1, 2, 4, 8, 32)
 Positions = Union[Sequence[int], str, None]  # None: first, middle, last; "all"; or indices (negative from the end)

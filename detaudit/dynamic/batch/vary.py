@@ -25,11 +25,14 @@ import json
 import runpy
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
+from typing import ClassVar, Sequence
 
 from detaudit.dynamic.batch.report import BatchReport
-from detaudit.launch.process import LaunchOptions, run_script
+from detaudit.launch.features import ChildFeature
+from detaudit.launch.options import LaunchOptions
+from detaudit.launch.process import run_script
 from detaudit.report.progress import NoProgress
 
 ENTRY = "detaudit_batch_entry"
@@ -64,7 +67,10 @@ def audit_batch_script(
         progress = progress or NoProgress()
         progress.started("batch invariance audit")
         started = time.monotonic()
-        options = LaunchOptions(seed=seed, deterministic=deterministic, output_dir=Path(workdir), batch_audit=audit)
+        options = LaunchOptions(
+            seed=seed, output_dir=Path(workdir), settings={"deterministic": True} if deterministic else {},
+            features=(BatchAudit(audit),),
+        )
         result = run_script(script, script_args, options=options, timeout=timeout, cwd=cwd)
         ok = not result.failed and "batch_report_file" in result.payload
         outcome = f"ok in {time.monotonic() - started:.1f} s" if ok else "failed"
@@ -74,6 +80,18 @@ def audit_batch_script(
         report = BatchReport.from_dict(json.loads(Path(result.payload["batch_report_file"]).read_text()))
         report.warnings.extend(f"the batch audit {warning}" for warning in result.warnings)
         return report
+
+
+@dataclass
+class BatchAudit(ChildFeature):
+    """The launch feature: audit the script's batch entry point instead of running it."""
+
+    key: ClassVar[str] = "batch"
+    needs_torch: ClassVar[bool] = False  # the audit imports torch itself, and watches no training
+    audit: dict  # target, seed, positions, batch_sizes
+
+    def run_instead(self, session, script: str) -> dict:
+        return audit_in_child(script, self.audit, session.output_dir)
 
 
 def audit_in_child(script: str, audit: dict, output_dir: Path) -> dict:

@@ -23,7 +23,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from detaudit.dynamic.compare.trace_format import FORWARD
 from detaudit.dynamic.faults.spec import FAULT_ENV, FaultSpecError
 from detaudit.dynamic.record.dynamo import never_compiled, skips_dynamo_per_call
-from detaudit.dynamic.record.hooks import user_frame
+from detaudit.launch.watcher import user_frame
 
 _INT_OF_SIZE = {1: torch.int8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
 

@@ -30,7 +30,7 @@ The element moves to the next representable value toward +inf (floats; the
 real part of a complex), up by one (integers, wrapping) or flips (bool).
 
 This module reads the spec (the parent process reads it too: no torch);
-``injector.py`` applies it in the child.
+``feature.py`` carries it to the child, where ``injector.py`` applies it.
 """
 
 from __future__ import annotations

@@ -2,13 +2,17 @@
 script trains.
 
 ``tracer.py`` (the ``TorchDispatchMode`` that records every aten op with
-digests of what it reads and writes), ``digests.py`` (how a tensor's bytes
-become a digest), ``storage_tables.py`` (which digest each storage's bytes
-have now), ``collectives.py`` (torch.distributed's ops), ``hooks.py`` (module
-and optimizer hooks: which module runs, where a step ends, the step limit),
-``online_capture.py`` (a later run comparing itself with run 1 as it goes),
-``final_state.py`` (the state a run ends with), and ``native/`` (the compiled
-twin of the tracer's hot path).  Everything here imports torch and runs in
-the audited process; nothing here decides what a difference means
-(``detaudit.dynamic.compare`` does, without torch).
+digests of what it reads and writes), with ``op_info.py`` (what an op's
+schema says), ``outside_dispatch.py`` (what it sees outside the dispatcher),
+``dynamo.py`` (keeping dynamo out of its handlers) and ``native/`` (the
+compiled twin of its hot path); ``digests.py`` (how a tensor's bytes become
+a digest), ``storage_tables.py`` (which digest each storage's bytes have
+now), ``collectives.py`` (torch.distributed's ops), ``online_capture.py`` (a
+later run comparing itself with run 1 as it goes), ``final_state.py`` (the
+state a run ends with).  ``features.py`` is how a launch asks for them
+(``Tracing``, ``ReplicaDigests``, ``SaveFinalState``): it and ``native/``'s
+build step import no torch; everything else here imports torch and runs in
+the audited process.  May import ``detaudit.launch`` (the watcher) and
+``detaudit.dynamic.compare.trace_format``; nothing here decides what a
+difference means (``detaudit.dynamic.compare`` does, without torch).
 """

@@ -71,7 +71,7 @@ from detaudit.dynamic.compare.trace_format import (
     Trace,
     python_value_meta,
 )
-from detaudit.dynamic.record import hooks, native
+from detaudit.dynamic.record import native
 from detaudit.dynamic.record.collectives import EARLY_READ_FIELDS, Communications
 from detaudit.dynamic.record.digests import (
     CRC_MAX_BYTES,
@@ -82,11 +82,11 @@ from detaudit.dynamic.record.digests import (
     sampled_capture,
 )
 from detaudit.dynamic.record.dynamo import never_compiled, skips_dynamo_per_call
-from detaudit.dynamic.record.hooks import StopRun, user_frame
 from detaudit.dynamic.record.op_info import OpInfo, mark_unread
 from detaudit.dynamic.record.outside_dispatch import OutsideDispatch
 from detaudit.dynamic.record.storage_tables import MIN_FORGET_AT, StorageTables
 from detaudit.knowledge.backend_settings import backend_settings
+from detaudit.launch.watcher import USER_FILES, StopRun, is_user_file, user_frame
 from detaudit.runtime.settings import reader
 
 _STAGE_LIMIT = 8192  # flush early when this many digests wait on the device
@@ -214,7 +214,7 @@ def native_constants() -> dict:
         "result_meta": _result_meta, "forward": FORWARD, "backward": BACKWARD, "optimizer": OPTIMIZER,
         "produced": PRODUCED, "allocated": ALLOCATED, "external": EXTERNAL, "uninit": UNINIT, "unread": UNREAD,
         "crc_max_bytes": CRC_MAX_BYTES, "stage_limit": _STAGE_LIMIT, "min_forget_at": MIN_FORGET_AT,
-        "user_files": hooks._USER_FILES, "is_user_file": hooks.is_user_file, "resumable_code": _RESUMABLE_CODE,
+        "user_files": USER_FILES, "is_user_file": is_user_file, "resumable_code": _RESUMABLE_CODE,
     }
 
 

@@ -1,15 +1,16 @@
 """What ``detaudit run --remedy`` can change to make a script reproducible, as
 one table, and which of those fit a root cause.
 
-A remedy names the ``LaunchOptions`` fields it sets, the way a variation does
-(``variations.py``): the bootstrap applies them in the child before the
-script runs, as code pasted at the top of the script would, and after the
-variation's own setting (pinning the thread count overrides a varied one, as
-``torch.set_num_threads`` at the top of a script overrides the machine's
-default).  ``paste_code`` writes the same changes as plain torch / numpy /
-random code.  Backend settings are named by their id in the settings table
-(``knowledge/backend_settings.json``) and take its safe values; its spellings
-for the audited torch make the pasted code.
+A remedy names the child settings it makes (``detaudit.launch
+.child_settings``), the way a variation does (``variations.py``): the
+bootstrap makes them in the child before the script runs, as code pasted at
+the top of the script would, and after the variation's own setting (pinning
+the thread count overrides a varied one, as ``torch.set_num_threads`` at the
+top of a script overrides the machine's default).  ``paste_code`` writes the
+same changes as plain torch / numpy / random code, each child setting as its
+table entry pastes it.  Backend settings are named by their id in the
+settings table (``knowledge/backend_settings.json``) and take its safe
+values where they matter on the audited machine.
 
 Which remedies fit a cause (``candidates``): its kind's ``remedies``
 (``compare/causes.py``), except for a nondeterministic op the ops table knows: then
@@ -24,13 +25,12 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Mapping
+from typing import Any, Iterable, Mapping
 
 from detaudit.dynamic.compare.causes import CAUSE_KINDS, NONDETERMINISTIC_OP
 from detaudit.knowledge.backend_settings import Setting, backend_settings
 from detaudit.knowledge.ops import version_in_range
-from detaudit.launch.seed_generators import GENERATORS
-from detaudit.launch.seed_generators import paste_code as generators_code
+from detaudit.launch.child_settings import PasteContext, child_setting, paste_settings
 
 
 @dataclass(frozen=True)
@@ -61,25 +61,22 @@ class Machine:
 class Remedy:
     name: str
     title: str  # for tables; "{threads}" is replaced by the thread count
-    settings: tuple[str, ...] = ()  # settings-table ids, set to their safe values where they matter
-    threads: Callable[[Machine], int] | None = None  # pin torch's intra-op threads
-    hash_seed: str | None = None  # PYTHONHASHSEED
-    seed_generators: bool = False  # seed the generators the script makes without a seed
+    # child settings it makes: name -> value, or a function of the machine giving it
+    settings: Mapping[str, Any] = field(default_factory=dict)
+    backend: tuple[str, ...] = ()  # settings-table ids, set to their safe values where they matter
     in_code: str = ""  # the change in the script's own code that does the same, "{where}" = the lines
 
+    def __post_init__(self) -> None:
+        for name in self.settings:
+            child_setting(name)
+
     def options(self, machine: Machine) -> dict[str, Any]:
-        """The LaunchOptions fields it sets on this machine."""
+        """The child settings it makes on this machine."""
+        options = {name: value(machine) if callable(value) else value for name, value in self.settings.items()}
         table = backend_settings()
-        options: dict[str, Any] = {}
-        chosen = {i: table[i].safe for i in self.settings if machine.needs(table[i])}
+        chosen = {i: table[i].safe for i in self.backend if machine.needs(table[i])}
         if chosen:
-            options["settings"] = chosen
-        if self.threads is not None:
-            options["threads"] = self.threads(machine)
-        if self.hash_seed is not None:
-            options["hash_seed"] = self.hash_seed
-        if self.seed_generators:
-            options["seed_generators"] = tuple(GENERATORS)
+            options["backend"] = chosen
         return options
 
     def label(self, machine: Machine) -> str:
@@ -89,30 +86,26 @@ class Remedy:
 REMEDIES: dict[str, Remedy] = {
     remedy.name: remedy
     for remedy in (
-        Remedy("one-thread", "one thread", threads=lambda machine: 1),
-        Remedy(
-            "pin-threads",
-            "threads pinned to {threads}",
-            threads=lambda machine: machine.default_threads,
-        ),
+        Remedy("one-thread", "one thread", settings={"threads": 1}),
+        Remedy("pin-threads", "threads pinned to {threads}", settings={"threads": lambda machine: machine.default_threads}),
         Remedy(
             "seed-generators",
             "seeded generators",
-            seed_generators=True,
+            settings={"seed-generators": True},
             in_code="or pass a seed where each generator is made: {where}",
         ),
         Remedy(
             "hash-seed",
             "PYTHONHASHSEED=0",
-            hash_seed="0",
+            settings={"hash-seed": "0"},
             in_code="or make the data independent of hash order: sorted(...) instead of a set's order, "
             "hashlib instead of hash(), where it is built ({where})",
         ),
-        Remedy("cudnn-deterministic", "cuDNN deterministic, no autotuning", settings=("cudnn-benchmark", "cudnn-deterministic")),
-        Remedy("deterministic-algorithms", "deterministic algorithms", settings=("deterministic-algorithms", "cublas-workspace-config")),
+        Remedy("cudnn-deterministic", "cuDNN deterministic, no autotuning", backend=("cudnn-benchmark", "cudnn-deterministic")),
+        Remedy("deterministic-algorithms", "deterministic algorithms", backend=("deterministic-algorithms", "cublas-workspace-config")),
     )
 }
-#: what ``detaudit.enable_determinism()`` does, as a launch option (the bootstrap calls it)
+#: what ``detaudit.enable_determinism()`` does, as a child setting (the bootstrap calls it)
 FULL_DETERMINISM = {"deterministic": True}
 FULL_DETERMINISM_TITLE = "full determinism (detaudit.enable_determinism())"
 
@@ -120,7 +113,7 @@ FULL_DETERMINISM_TITLE = "full determinism (detaudit.enable_determinism())"
 def remedy_with_settings(setting_ids: Iterable[str]) -> Remedy | None:
     """The remedy that sets exactly these settings (an ops-table entry's ``deterministic_settings``)."""
     wanted = set(setting_ids)
-    return next((r for r in REMEDIES.values() if r.settings and set(r.settings) == wanted), None)
+    return next((r for r in REMEDIES.values() if r.backend and set(r.backend) == wanted), None)
 
 
 # -- which remedies fit a cause ----------------------------------------------------------
@@ -213,13 +206,13 @@ class Conflict(ValueError):
 
 
 def combined_options(remedies: Iterable[Remedy], machine: Machine) -> dict[str, Any]:
+    """The child settings of several remedies together: backend settings add up;
+    any other setting two of them make must get the same value."""
     options: dict[str, Any] = {}
     for remedy in remedies:
         for key, value in remedy.options(machine).items():
-            if key == "settings":
-                options.setdefault("settings", {}).update(value)
-            elif key == "seed_generators":
-                options[key] = tuple(dict.fromkeys((*options.get(key, ()), *value)))
+            if isinstance(value, dict):
+                options.setdefault(key, {}).update(value)
             elif key in options and options[key] != value:
                 raise Conflict(f"{key} {options[key]!r} and {value!r}")
             else:
@@ -237,36 +230,6 @@ def _seeding_code(seed: int) -> tuple[list[str], list[str]]:
     ]
 
 
-def _restart_code(hash_seed: str) -> list[str]:
-    """PYTHONHASHSEED only counts when the interpreter starts: restart the script with it set."""
-    return [
-        "import os",
-        "import sys",
-        "",
-        "# hash() and set order are fixed when Python starts: restart with PYTHONHASHSEED set (or export it)",
-        f"if os.environ.get('PYTHONHASHSEED') != {hash_seed!r}:",
-        f"    os.environ['PYTHONHASHSEED'] = {hash_seed!r}",
-        "    os.execv(sys.executable, [sys.executable, *sys.orig_argv[1:]])",
-    ]
-
-
-def setting_code(setting: Setting, value: Any, torch_version: str | None) -> tuple[str, str]:
-    """(import, statement) that set ``setting`` to ``value`` on this torch, as its table spells it."""
-    from detaudit.runtime.settings import environment_value
-
-    for spelling in setting.spellings:
-        if not spelling.exists_on(torch_version):
-            continue
-        if spelling.environment is not None:
-            return "import os", f"os.environ[{spelling.environment!r}] = {environment_value(value)!r}"
-        if spelling.attribute is not None:
-            return f"import {spelling.module or 'torch'}", f"{spelling.attribute} = {value!r}"
-        if spelling.write is not None and spelling.values is None:
-            argument = f"{value!r}" if spelling.position == 0 else f"{spelling.argument}={value!r}"
-            return "import torch", f"{spelling.write}({argument})"
-    raise LookupError(f"no spelling of {setting.id} sets it on torch {torch_version}")
-
-
 def paste_code(options: Mapping[str, Any], machine: Machine, *, seed: int | None, generators: Iterable[str]) -> str:
     """Plain Python, no detaudit import, that makes a script run as the
     remedy's options made it run: to paste at the top of the script.
@@ -275,17 +238,10 @@ def paste_code(options: Mapping[str, Any], machine: Machine, *, seed: int | None
     parts: list[tuple[list[str], list[str]]] = []  # (imports, statements)
     if seed is not None:
         parts.append(_seeding_code(seed))
-    if options.get("settings"):
-        table = backend_settings()
-        written = [setting_code(table[i], value, machine.torch_version) for i, value in options["settings"].items()]
-        written.sort(key=lambda pair: pair[0] != "import os")  # variables first: CUDA reads them when it starts
-        parts.append(([imported for imported, _ in written], [statement for _, statement in written]))
-    if options.get("threads") is not None:
-        parts.append((["import torch"], [f"torch.set_num_threads({options['threads']})"]))
-    seeded = [name for name in options.get("seed_generators", ()) if name in set(generators)]
-    if seeded:
-        parts.append(generators_code(seeded, (seed or 0) + 1))
-    lines = _restart_code(options["hash_seed"]) + [""] if options.get("hash_seed") is not None else []
+    pasted = paste_settings(options, PasteContext(machine.torch_version, seed, tuple(generators)))
+    parts += [(list(p.imports), list(p.statements)) for p in pasted if p.imports or p.statements]
+    lines = [line for p in pasted for line in p.before_imports]
+    lines += [""] if lines else []
     lines += dict.fromkeys(line for imports, _ in parts for line in imports)
     for _, statements in parts:
         lines += ["", *statements]

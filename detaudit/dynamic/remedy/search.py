@@ -26,10 +26,11 @@ from __future__ import annotations
 import itertools
 import statistics
 import tempfile
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
+from detaudit.dynamic.record.features import SaveFinalState
 from detaudit.dynamic.remedy.catalogue import (
     FULL_DETERMINISM,
     FULL_DETERMINISM_TITLE,
@@ -44,7 +45,8 @@ from detaudit.dynamic.remedy.catalogue import (
 )
 from detaudit.dynamic.variations import VARIATIONS
 from detaudit.dynamic.verdict.run_report import RootCause, RunReport
-from detaudit.launch.process import LaunchOptions, run_script
+from detaudit.launch.options import LaunchOptions
+from detaudit.launch.process import run_script
 
 DEFAULT_TITLE = "default"
 MAX_MINIMAL_SETS_TIMED = 3  # alternatives of the smallest size that are timed (and combinations tried per size)
@@ -424,11 +426,12 @@ def _time_configurations(
                 if timing.error:
                     continue
                 progress(f"timing: {timing.title} (round {round_ + 1}/{repeats})")
-                options = LaunchOptions(seed=seed, max_steps=steps, save_state=True, output_dir=Path(workdir) / f"{index}-{round_}")
-                extra = {variation.launch_option: settings[round_]} if variation else {}
-                result = run_script(
-                    script, script_args, options=replace(options, **{**extra, **timing.options}), timeout=timeout, cwd=cwd
+                options = LaunchOptions(
+                    seed=seed, max_steps=steps, output_dir=Path(workdir) / f"{index}-{round_}",
+                    settings={**({variation.setting: settings[round_]} if variation else {}), **timing.options},
+                    features=(SaveFinalState(),),
                 )
+                result = run_script(script, script_args, options=options, timeout=timeout, cwd=cwd)
                 if result.failed:
                     timing.error = "timed out" if result.timed_out else failure_summary(result.stderr or result.stdout)
                     continue
@@ -468,7 +471,7 @@ def _in_code(chosen: tuple[str, ...], causes: list[CauseRemedies], search: _Sear
         remedy = REMEDIES[name]
         if not remedy.in_code:
             continue
-        if remedy.seed_generators:
+        if "seed-generators" in remedy.settings:
             where = ", ".join(f"{m['call']}() at {m['path']}:{m['line']}" for m in made)
         else:
             fixed = {i for trial in search.trials if trial.remedies == (name,) for i in trial.fixed}

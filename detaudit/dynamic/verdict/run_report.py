@@ -36,6 +36,9 @@ LATENT = "latent"
 FINAL_STATE = "final-state"  # reached a differing tensor of the final state
 # LATENT: read, then vanished before the final state
 
+#: the environment key that says which recorder traced the runs: "compiled", or "python (why)"
+RECORDER_KEY = "detaudit.recorder"
+
 
 @dataclass
 class RootCause:
@@ -270,11 +273,11 @@ class RunReport:
 
     def environment_text(self) -> str:
         """What matters of the fingerprint: versions, device, threads, hash
-        seed, determinism switches and what differs between the runs (the
-        JSON report has all of it)."""
+        seed, determinism switches, what differs between the runs and which
+        recorder traced (the JSON report has all of it)."""
         from detaudit.runtime.environment import summary
 
-        shown = summary(self.environment, also=self.environment_differences)
+        shown = summary(self.environment, also=[*self.environment_differences, RECORDER_KEY])
         parts = [
             f"{key}={', '.join(map(_shown, self.environment_differences[key]))}"
             if key in self.environment_differences

@@ -7,7 +7,7 @@ steps have completed, whether an optimizer step is running, and the last
 tensor ``backward()`` was called on (the loss).  A forked child (a
 DataLoader worker, a ``multiprocessing`` fork) is not the watched process: the
 watchers close there, so it counts no step and never stops at the step limit.
-Imports torch: only the dynamic pass loads this module.
+Imports torch: only the child of a launch (``bootstrap.py``) and the dynamic pass load this module.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ import torch
 from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
 
 _TORCH_DIR = str(Path(torch.__file__).resolve().parent)
-_DETAUDIT_DIR = str(Path(__file__).resolve().parents[2])  # detaudit/
+_DETAUDIT_DIR = str(Path(__file__).resolve().parents[1])  # detaudit/
 _STDLIB_DIRS = tuple({sysconfig.get_paths()["stdlib"], sysconfig.get_paths()["platstdlib"]})
 
 
@@ -36,7 +36,7 @@ def is_user_file(filename: str) -> bool:
     )
 
 
-_USER_FILES: dict[str, bool] = {}  # filename -> is_user_file: the tracer asks on every op
+USER_FILES: dict[str, bool] = {}  # filename -> is_user_file: the tracer asks on every op
 
 
 def user_frame(start=None):
@@ -44,9 +44,9 @@ def user_frame(start=None):
     frame = start or sys._getframe(1)
     while frame is not None:
         filename = frame.f_code.co_filename
-        is_user = _USER_FILES.get(filename)
+        is_user = USER_FILES.get(filename)
         if is_user is None:
-            is_user = _USER_FILES[filename] = is_user_file(filename)
+            is_user = USER_FILES[filename] = is_user_file(filename)
         if is_user:
             return frame
         frame = frame.f_back
@@ -95,9 +95,15 @@ if hasattr(os, "register_at_fork"):
 class TrainingWatcher:
     """Installs global hooks; ``close()`` removes them."""
 
-    def __init__(self, max_steps: int = 0, on_step_end: Callable[[], None] | None = None):
+    def __init__(
+        self,
+        max_steps: int = 0,
+        on_step_end: Callable[[], None] | None = None,
+        on_step_start: Callable[[torch.optim.Optimizer], None] | None = None,
+    ):
         self.max_steps = max_steps
-        self.on_step_end = on_step_end
+        self.on_step_end = on_step_end  # after each optimizer step, before the step limit stops the run
+        self.on_step_start = on_step_start  # as each optimizer step starts (with its optimizer), its parameters named
         self.steps = 0  # completed optimizer steps
         self.in_optimizer = False
         self.roots: list[tuple[str, torch.nn.Module]] = []  # (name, module) in first-use order
@@ -172,6 +178,8 @@ class TrainingWatcher:
     def _before_step(self, optimizer, args, kwargs):
         self.add_optimizer(optimizer)
         self.in_optimizer = True
+        if self.on_step_start:
+            self.on_step_start(optimizer)
         # args: the optimizer, then step()'s own
         closure = kwargs.get("closure", args[1] if len(args) > 1 else None)
         if closure is None:

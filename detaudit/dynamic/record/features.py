@@ -1,0 +1,115 @@
+"""What a launch asks the recording side to do in the child, as launch features.
+
+The parent names them in ``LaunchOptions.features`` (``detaudit.launch
+.features`` says how a feature works); this module imports without torch,
+and each step imports what it runs in the child:
+
+* ``Tracing``: trace every op (``tracer.py``), written to trace.json; with
+  ``capture_ops`` save those records' tensors; with ``keep_first_steps`` /
+  ``compare_with`` keep the tensors a comparison with run 1 needs
+  (``online_capture.py``);
+* ``ReplicaDigests``: digest the state at every step boundary, for the
+  cross-rank check of a distributed run (``detaudit.dynamic.verdict.ranks``);
+* ``SaveFinalState``: save the final state with its digests (``final_state.py``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+from detaudit.launch.features import ChildFeature
+
+
+@dataclass
+class Tracing(ChildFeature):
+    key: ClassVar[str] = "trace"
+    capture_ops: tuple[int, ...] = ()  # traced op indices whose tensors are saved; stops after the last
+    sampled_ops: tuple[int, ...] = ()  # of capture_ops: save a sample of the outputs only (digests.output_sample)
+    allocation_fill: int | None = None  # what torch.empty*'s memory is filled with (OpTracer.allocation_fill)
+    # the reference run's trace.json, compared with op by op, keeping the tensors of the ops that differ
+    compare_with: str | None = None
+    keep_first_steps: bool = False  # keep the tensors of the first steps' ops, for compare_with runs to need
+
+    def prepare(self, session) -> None:
+        from detaudit.dynamic.record.tracer import OpTracer
+
+        tracer = session.tracer = OpTracer(
+            capture_ops=self.capture_ops, sampled_ops=self.sampled_ops, allocation_fill=self.allocation_fill
+        )
+        tracer.attach(session.watcher)
+        self.online_capture = None
+        if self.compare_with or self.keep_first_steps:
+            from detaudit.dynamic.record.online_capture import OnlineCapture
+
+            self.online_capture = tracer.observer = OnlineCapture(tracer, self.compare_with)
+
+    def after_step(self, session) -> None:
+        session.tracer.flush()
+
+    def dispatch_mode(self, session):
+        return session.tracer
+
+    def finish(self, session) -> None:
+        from detaudit.dynamic.record.final_state import watched_state
+
+        tracer = session.tracer
+        tracer.note_final_state(watched_state(session.watcher))  # which differences reached the final state
+        session.payload.update(tracer.save(session.output_dir))
+        session.payload["recorder"] = tracer.recorder
+        if self.online_capture is not None:
+            session.payload.update(self.online_capture.save(session.output_dir))
+
+
+@dataclass
+class ReplicaDigests(ChildFeature):
+    """Digest of every tensor of the state that data-parallel ranks must hold
+    alike (parameters, buffers, gradients, optimizer state: all but the loss)
+    as the first step starts and at the end of every step."""
+
+    key: ClassVar[str] = "replicas"
+
+    def prepare(self, session) -> None:
+        self.digests = session.payload["replica_digests"] = []
+        self.started = False
+
+    def before_step(self, session, optimizer) -> None:
+        if not self.started:  # the replicas as they start training (step 0): no gradient yet
+            self.started = True
+            self.digests.append(self._digests(session, trained=False))
+
+    def after_step(self, session) -> None:
+        self.digests.append(self._digests(session))
+
+    @staticmethod
+    def _digests(session, trained: bool = True) -> dict[str, int]:
+        """Before the first update (``trained=False``) the parameters and
+        buffers only: the first step's gradients are still being averaged.
+        Tensors of a subclass are left out: sharded ones (DTensor, FSDP's
+        FlatParameter) differ across ranks by design."""
+        import torch
+
+        from detaudit.dynamic.record.digests import host_digest
+        from detaudit.dynamic.record.final_state import watched_state
+
+        with session.untraced():
+            return {
+                name: host_digest(tensor.detach().cpu())
+                for name, tensor in watched_state(session.watcher).items()
+                if name != "loss"
+                and type(tensor) in (torch.Tensor, torch.nn.Parameter)
+                and (trained or not (name.endswith(".grad") or name.startswith("optimizer.")))
+            }
+
+
+@dataclass
+class SaveFinalState(ChildFeature):
+    """Save params, grads, buffers, optimizer state and loss at the end (state.pt)."""
+
+    key: ClassVar[str] = "final-state"
+
+    def finish(self, session) -> None:
+        from detaudit.dynamic.record.final_state import save_state, watched_state
+
+        if session.watcher is not None:
+            session.payload.update(save_state(watched_state(session.watcher), session.output_dir / "state.pt"))
