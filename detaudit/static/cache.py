@@ -23,7 +23,7 @@ from pathlib import Path
 from detaudit import __version__
 from detaudit.findings import Finding, Severity
 from detaudit.knowledge.layers import layer_table_stamps
-from detaudit.static.engine import FileResult
+from detaudit.static.context import FileResult
 
 CACHE_DIRECTORY = ".detaudit_cache"
 

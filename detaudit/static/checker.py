@@ -18,7 +18,8 @@ from detaudit.findings import Finding
 from detaudit.static.cache import ResultCache, content_hash
 from detaudit.static.config import Config, RuleSelection, filter_findings
 from detaudit.static.discovery import discover, display_path, project_root_of
-from detaudit.static.engine import FileResult, check_file
+from detaudit.static.context import FileResult
+from detaudit.static.engine import check_file
 
 #: Below this many files to parse, a process pool costs more than it saves.
 MIN_FILES_FOR_POOL = 16

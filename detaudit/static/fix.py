@@ -43,15 +43,15 @@ from typing import TYPE_CHECKING, BinaryIO, Iterable, Iterator, Mapping
 import libcst as cst
 
 from detaudit.findings import Finding, SuggestedFix, TextEdit
+from detaudit.static.context import FileContext, FileResult
 from detaudit.static.edits import Edit, InsertStatement, Replace, comment_words, edits_of, is_import_line
-from detaudit.static.engine import FileResult, analyse_source
+from detaudit.static.engine import analyse_source
 from detaudit.static.fix_code import DEFAULT_FIX_STYLE
 from detaudit.static.rule import Rule, RuleHit
 from detaudit.static.sources import UnreadableSource, decode_python, python_parse_error, split_lines
 
 if TYPE_CHECKING:
     from detaudit.static.config import Config
-    from detaudit.static.engine import FileContext
 
 #: Rounds of fix-and-recheck per file; real files settle in one or two.
 MAX_ROUNDS = 8
@@ -259,7 +259,7 @@ class _FileFixer:
             fixes[(hit.rule.code, start.line, start.column + 1)] = SuggestedFix(description, text_edits(original, fixed))
         return fixes
 
-    def _check(self, text: str) -> tuple[FileResult, "FileContext | None"]:
+    def _check(self, text: str) -> tuple[FileResult, FileContext | None]:
         from detaudit.static.discovery import project_root_of
 
         return analyse_source(
@@ -267,7 +267,7 @@ class _FileFixer:
         )
 
     @staticmethod
-    def _fixable_hits(result: FileResult, findings: list[Finding], context: "FileContext") -> list[RuleHit]:
+    def _fixable_hits(result: FileResult, findings: list[Finding], context: FileContext) -> list[RuleHit]:
         """Hits with edits whose findings are reported (not suppressed, not ignored).
 
         Suppression comments cover a line and per-file ignores a file, so a

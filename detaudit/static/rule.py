@@ -21,7 +21,7 @@ from detaudit.findings import Severity
 
 if TYPE_CHECKING:
     from detaudit.static.analyses import FileAnalyses
-    from detaudit.static.engine import FileContext
+    from detaudit.static.context import FileContext
     from detaudit.static.facts import FileFacts
 
 

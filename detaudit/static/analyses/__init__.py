@@ -36,7 +36,7 @@ from detaudit.static.facts import CallFact
 from detaudit.static.project import ModuleSummary
 
 if TYPE_CHECKING:
-    from detaudit.static.engine import FileContext
+    from detaudit.static.context import FileContext
 
 
 class FileAnalyses:

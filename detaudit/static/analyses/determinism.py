@@ -23,7 +23,7 @@ from detaudit.static.walk import child_nodes
 
 if TYPE_CHECKING:
     from detaudit.static.analyses.values import Values
-    from detaudit.static.engine import FileContext
+    from detaudit.static.context import FileContext
 
 #: How an argument is read: its value in a default run (``Values.evaluate``)
 Evaluate = Callable[[cst.BaseExpression | None, Scope], StaticValue]

@@ -25,7 +25,7 @@ from detaudit.static.walk import walk
 LIBRARY_CLASS_BASES = ("torch.nn.", "torch.utils.data.", "lightning.", "pytorch_lightning.")
 
 if TYPE_CHECKING:
-    from detaudit.static.engine import FileContext
+    from detaudit.static.context import FileContext
 
 
 @dataclass(frozen=True)
