@@ -28,7 +28,16 @@ from detaudit.findings import Finding
 from detaudit.static.context import FileContext, FileResult
 from detaudit.static.fix_code import DEFAULT_FIX_STYLE
 from detaudit.static.limits import DEFAULT_FILE_TIME_BUDGET, Deadline, OverBudget, TooComplex, without_complex_expressions
-from detaudit.static.sources import LINE_BREAK, SourceUnit, UnreadableSource, python_parse_error, read_source, split_lines
+from detaudit.static.notebooks import notebook_source
+from detaudit.static.sources import (
+    LINE_BREAK,
+    MAX_FILE_BYTES,
+    SourceUnit,
+    UnreadableSource,
+    decode_python,
+    python_parse_error,
+    split_lines,
+)
 from detaudit.static.trees import file_scope, parse_module
 
 if TYPE_CHECKING:
@@ -104,6 +113,18 @@ def check_file(
     except UnreadableSource as error:
         return _unreadable(display_path, str(error))
     return _check_unit(unit, path, display_path, project_root, None, budget)[0]
+
+
+def read_source(path: Path, data: bytes) -> SourceUnit:
+    """Decode ``data`` (the bytes of ``path``) into the text the engine parses."""
+    if len(data) > MAX_FILE_BYTES:
+        raise UnreadableSource(
+            f"skipped: {len(data) / 1024 / 1024:.1f} MiB is larger than the {MAX_FILE_BYTES // 1024 // 1024} MiB limit "
+            "for checked files (generated code?)"
+        )
+    if path.suffix == ".ipynb":
+        return notebook_source(data)
+    return SourceUnit(decode_python(data))
 
 
 def _unreadable(display_path: str, reason: str) -> FileResult:

@@ -1,7 +1,9 @@
 """Reading checked files: bytes to text, with every way that can fail named.
 
 A ``SourceUnit`` is the Python text the engine parses.  For notebooks it is the
-code cells joined in order, with a map back to (cell, line in cell).
+code cells joined in order, with a map back to (cell, line in cell): that is
+``notebooks.py``, which builds on this module.  The engine's ``read_source``
+chooses between the two by the file's suffix.
 """
 
 from __future__ import annotations
@@ -12,7 +14,6 @@ import re
 import tokenize
 import warnings
 from dataclasses import dataclass
-from pathlib import Path
 
 #: Larger files are skipped with a message: they are generated, not training code,
 #: and parsing them would dominate a check.
@@ -74,17 +75,3 @@ def decode_python(data: bytes) -> str:
         raise UnreadableSource(
             f"not valid {error.encoding} (byte {error.start}); save it as UTF-8 or declare its encoding"
         ) from None
-
-
-def read_source(path: Path, data: bytes) -> SourceUnit:
-    """Decode ``data`` (the bytes of ``path``) into the text the engine parses."""
-    if len(data) > MAX_FILE_BYTES:
-        raise UnreadableSource(
-            f"skipped: {len(data) / 1024 / 1024:.1f} MiB is larger than the {MAX_FILE_BYTES // 1024 // 1024} MiB limit "
-            "for checked files (generated code?)"
-        )
-    if path.suffix == ".ipynb":
-        from detaudit.static.notebooks import notebook_source
-
-        return notebook_source(data)
-    return SourceUnit(decode_python(data))
