@@ -108,7 +108,7 @@ def test_a_new_rule_module_is_loaded_without_being_listed(tmp_path):
         sys.path.insert(0, {str(tmp_path)!r})
         import detaudit
         assert detaudit.__file__.startswith({str(tmp_path)!r}), detaudit.__file__
-        from detaudit.static.engine import check_source
+        from detaudit.static.engine.check import check_source
         from detaudit.static.rule import find_rule
         assert find_rule("DET999") is find_rule("probe-rule") is not None
         print(sorted(f.code for f in check_source("import torch\\nprobe()\\n", "train.py").findings))

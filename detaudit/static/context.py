@@ -1,6 +1,6 @@
 """The types the static pass shares: what a rule sees of its file, and what a check of a file produced.
 
-They live apart from the pipeline that makes them (``engine.py``), so that
+They live apart from the pipeline that makes them (``engine/check.py``), so that
 rules, analyses and the engine all import this module for their types instead
 of importing each other (Fixit keeps its shared types in ``ftypes.py`` for the
 same reason).
@@ -14,14 +14,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from detaudit.findings import Finding
-from detaudit.static.fix_code import DEFAULT_FIX_STYLE
-from detaudit.static.sources import SourceUnit
+from detaudit.static.engine.sources import SourceUnit
+from detaudit.static.fixes.code import DEFAULT_FIX_STYLE
 
 if TYPE_CHECKING:
     import libcst as cst
 
     from detaudit.static.analyses import FileAnalyses
-    from detaudit.static.facts import FileFacts
+    from detaudit.static.engine.facts import FileFacts
     from detaudit.static.rule import RuleHit
 
 
@@ -57,13 +57,13 @@ class FileContext:
     project_root: Path
     hits: list["RuleHit"] = field(default_factory=list)
     dependencies: dict[str, str] = field(default_factory=dict)
-    #: what fixes write: plain torch/numpy/random code, or detaudit's helpers (``fix_code.FIX_STYLES``)
+    #: what fixes write: plain torch/numpy/random code, or detaudit's helpers (``fixes.code.FIX_STYLES``)
     fix_style: str = DEFAULT_FIX_STYLE
 
     @cached_property
     def project(self):
         """The project index (what project-local helpers seed), shared per process."""
-        from detaudit.static.project import project_index
+        from detaudit.static.analyses.project import project_index
 
         return project_index(self.project_root)
 

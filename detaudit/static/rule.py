@@ -22,7 +22,7 @@ from detaudit.findings import Severity
 if TYPE_CHECKING:
     from detaudit.static.analyses import FileAnalyses
     from detaudit.static.context import FileContext
-    from detaudit.static.facts import FileFacts
+    from detaudit.static.engine.facts import FileFacts
 
 
 @dataclass(frozen=True)
@@ -44,7 +44,7 @@ class RuleHit:
     rule: type["Rule"]
     node: cst.CSTNode
     message: str
-    fix: Any = None  # a detaudit.static.fix edit, when the rule can fix this hit
+    fix: Any = None  # a detaudit.static.fixes.apply edit, when the rule can fix this hit
 
 
 RULES: dict[str, type["Rule"]] = {}

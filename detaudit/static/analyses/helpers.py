@@ -15,7 +15,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterable
 
-from detaudit.static.facts import CallFact, FileFacts
+from detaudit.static.engine.facts import CallFact, FileFacts
 
 if TYPE_CHECKING:
     from detaudit.static.context import FileContext

@@ -8,8 +8,8 @@ import libcst as cst
 
 from detaudit.findings import Severity
 from detaudit.knowledge.backend_settings import backend_settings
-from detaudit.static.edits import Replace
-from detaudit.static.facts import SettingWrite
+from detaudit.static.engine.facts import SettingWrite
+from detaudit.static.fixes.edits import Replace
 from detaudit.static.rule import Invalid, Rule
 
 _ROOT = "torch.backends"

@@ -11,8 +11,8 @@ import libcst as cst
 from detaudit.findings import Severity
 from detaudit.knowledge.backend_settings import Setting, backend_settings
 from detaudit.static.analyses.op_sites import decided_by_settings_here
-from detaudit.static.edits import Replace, same_quotes_string, setting_comment_words
-from detaudit.static.facts import SettingWrite, StaticValue
+from detaudit.static.engine.facts import SettingWrite, StaticValue
+from detaudit.static.fixes.edits import Replace, same_quotes_string, setting_comment_words
 from detaudit.static.rule import Invalid, Rule
 
 _SETTINGS = backend_settings()

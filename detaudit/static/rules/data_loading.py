@@ -35,10 +35,10 @@ from detaudit.knowledge.apis import (
     TORCH,
 )
 from detaudit.static.analyses.helpers import helper_calls
-from detaudit.static.edits import Replace, with_keyword_arguments
-from detaudit.static.facts import CallFact
-from detaudit.static.fix_code import seeded_generator
-from detaudit.static.names import dotted_name
+from detaudit.static.engine.facts import CallFact
+from detaudit.static.engine.names import dotted_name
+from detaudit.static.fixes.code import seeded_generator
+from detaudit.static.fixes.edits import Replace, with_keyword_arguments
 from detaudit.static.rule import Invalid, Rule
 
 

@@ -20,11 +20,11 @@ from detaudit.knowledge.apis import (
 from detaudit.knowledge.backend_settings import backend_settings
 from detaudit.static.analyses.determinism import trainer_default
 from detaudit.static.analyses.op_sites import decided_by_settings_here
-from detaudit.static.edits import InsertStatement, Replace, setting_comment_words, setup_position
-from detaudit.static.facts import CallFact, StaticValue
-from detaudit.static.fix_code import determinism_code
+from detaudit.static.engine.facts import CallFact, StaticValue
+from detaudit.static.engine.walk import child_nodes
+from detaudit.static.fixes.code import determinism_code
+from detaudit.static.fixes.edits import InsertStatement, Replace, setting_comment_words, setup_position
 from detaudit.static.rule import Invalid, Rule
-from detaudit.static.walk import child_nodes
 
 
 #: ``torch.compile`` modes that pick kernels by timing them (torch 2.13
@@ -61,7 +61,7 @@ def describe_call(call: CallFact) -> str:
 
 
 def determinism_fix(rule: Rule, before: CallFact) -> tuple[InsertStatement, ...] | None:
-    """The fix style's request for deterministic algorithms (``fix_code.determinism_code``)
+    """The fix style's request for deterministic algorithms (``fixes.code.determinism_code``)
     right after the file's last seeding call that runs before ``before`` (in
     the same block), else after the imports: at module level it runs once per
     process.

@@ -25,11 +25,11 @@ from detaudit.knowledge.apis import (
     TORCH,
 )
 from detaudit.static.analyses.execution import every_block, is_line
-from detaudit.static.facts import CallFact, FileFacts
-from detaudit.static.names import dotted_name
-from detaudit.static.project import Effects, initialises_weights
+from detaudit.static.analyses.project import Effects, initialises_weights
+from detaudit.static.engine.facts import CallFact, FileFacts
+from detaudit.static.engine.names import dotted_name
+from detaudit.static.engine.walk import child_nodes
 from detaudit.static.rule import Invalid, Rule
-from detaudit.static.walk import child_nodes
 
 #: Identifiers (names, attributes, environment variable names, lower-cased) that
 #: hold a process's rank: torch.distributed, torchrun's environment, Lightning

@@ -7,10 +7,10 @@ import libcst as cst
 from detaudit.findings import Severity
 from detaudit.knowledge.apis import RESEED_FROM_ENTROPY, RNG_LABELS, SEED_PARAMETERS
 from detaudit.static.analyses.strings import is_string_expression
-from detaudit.static.facts import CallFact
-from detaudit.static.names import dotted_name
+from detaudit.static.engine.facts import CallFact
+from detaudit.static.engine.names import dotted_name
+from detaudit.static.engine.walk import child_nodes
 from detaudit.static.rule import Invalid, Rule
-from detaudit.static.walk import child_nodes
 
 
 #: Calls whose value differs on every run: a seed derived from one is no seed.

@@ -18,8 +18,8 @@ import libcst as cst
 
 from detaudit.findings import Severity
 from detaudit.static.analyses.execution import every_block, is_line
+from detaudit.static.engine.walk import child_nodes
 from detaudit.static.rule import Invalid, Rule
-from detaudit.static.walk import child_nodes
 
 
 #: Allocators whose result holds whatever the memory held before.

@@ -17,7 +17,7 @@ import libcst as cst
 
 from detaudit.findings import Severity
 from detaudit.static.analyses.op_sites import OpSite, operand
-from detaudit.static.facts import CallFact
+from detaudit.static.engine.facts import CallFact
 from detaudit.static.rule import Invalid, Rule
 
 #: Factories that put a tensor on the CPU unless given ``device=`` (or unless

@@ -18,10 +18,10 @@ import libcst as cst
 from detaudit.findings import Severity
 from detaudit.static.analyses.execution import blocks, header, statements
 from detaudit.static.analyses.strings import is_string_expression, is_string_iterable, is_string_set
-from detaudit.static.edits import Replace, wrapped_in_call
-from detaudit.static.names import dotted_name
+from detaudit.static.engine.names import dotted_name
+from detaudit.static.engine.walk import child_nodes
+from detaudit.static.fixes.edits import Replace, wrapped_in_call
 from detaudit.static.rule import Invalid, Rule
-from detaudit.static.walk import child_nodes
 
 
 #: Directory listings in the order the filesystem returns (not sorted).

@@ -18,12 +18,12 @@ import libcst as cst
 
 from detaudit.findings import Severity
 from detaudit.knowledge.apis import FIX_DEFAULT_SEED, NUMPY, PYTHON, RNG_LABELS, RNGS, SEEDING_FUNCTIONS, TORCH
+from detaudit.static.analyses.project import DATA_ORDER_DRAWS
 from detaudit.static.analyses.seeding import Draw
-from detaudit.static.edits import InsertStatement, Replace, is_import_line, setup_position
-from detaudit.static.facts import CallFact
-from detaudit.static.fix_code import FixCode, seeding_code
-from detaudit.static.names import NameTable
-from detaudit.static.project import DATA_ORDER_DRAWS
+from detaudit.static.engine.facts import CallFact
+from detaudit.static.engine.names import NameTable
+from detaudit.static.fixes.code import FixCode, seeding_code
+from detaudit.static.fixes.edits import InsertStatement, Replace, is_import_line, setup_position
 from detaudit.static.rule import Invalid, Rule
 
 SEEDING_EXAMPLES = {TORCH: "torch.manual_seed(SEED)", NUMPY: "np.random.seed(SEED)", PYTHON: "random.seed(SEED)"}
@@ -42,7 +42,7 @@ def seeding_fix(
     """Seed ``rngs`` before ``before`` runs, right after the imports: with a
     seed-everything helper of a library the file imports, else right after the
     file's own seeding helper (defined above that point), else with the
-    seeding calls of the fix style (``fix_code.seeding_code``)."""
+    seeding calls of the fix style (``fixes.code.seeding_code``)."""
     module = rule.context.module
     use_index = before.scope.top_level_index
     anchor, before_anchor = setup_position(module, use_index)

@@ -14,9 +14,9 @@ from detaudit.knowledge.apis import (
     TRUTHY_ENVIRONMENT_VALUES,
 )
 from detaudit.static.analyses.helpers import project_helper_named
-from detaudit.static.facts import CallFact, FileFacts
+from detaudit.static.engine.facts import CallFact, FileFacts
+from detaudit.static.engine.walk import child_nodes
 from detaudit.static.rule import Invalid, Rule
-from detaudit.static.walk import child_nodes
 
 
 #: Calls that seed TensorFlow's global RNG (``keras.utils.set_random_seed`` seeds

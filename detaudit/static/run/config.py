@@ -1,9 +1,9 @@
 """``[tool.detaudit]`` configuration from the nearest ``pyproject.toml``.
 
 Keys: ``select``, ``ignore``, ``per-file-ignores``, ``exclude``, ``fail-on``,
-``file-time-budget`` (seconds; see ``limits.py``), ``fix-style`` (what
+``file-time-budget`` (seconds; see ``engine/limits.py``), ``fix-style`` (what
 ``--fix`` writes: ``"plain"`` torch/numpy/random code or ``"detaudit"``'s
-helpers; see ``fix_code.py``).
+helpers; see ``fixes/code.py``).
 Unknown keys and unknown rule names are warnings (one line each), never errors:
 a config written for a newer detaudit must not break an older one.  A
 ``pyproject.toml`` that cannot be read, is not TOML, or holds a value of the
@@ -23,8 +23,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from detaudit.findings import Finding, Severity
-from detaudit.static.fix_code import DEFAULT_FIX_STYLE, check_style
-from detaudit.static.limits import DEFAULT_FILE_TIME_BUDGET
+from detaudit.static.engine.limits import DEFAULT_FILE_TIME_BUDGET
+from detaudit.static.fixes.code import DEFAULT_FIX_STYLE, check_style
 
 if sys.version_info >= (3, 11):
     import tomllib

@@ -26,10 +26,9 @@ from typing import TYPE_CHECKING, Iterable
 
 from detaudit.findings import Finding
 from detaudit.static.context import FileContext, FileResult
-from detaudit.static.fix_code import DEFAULT_FIX_STYLE
-from detaudit.static.limits import DEFAULT_FILE_TIME_BUDGET, Deadline, OverBudget, TooComplex, without_complex_expressions
-from detaudit.static.notebooks import notebook_source
-from detaudit.static.sources import (
+from detaudit.static.engine.limits import DEFAULT_FILE_TIME_BUDGET, Deadline, OverBudget, TooComplex, without_complex_expressions
+from detaudit.static.engine.notebooks import notebook_source
+from detaudit.static.engine.sources import (
     LINE_BREAK,
     MAX_FILE_BYTES,
     SourceUnit,
@@ -38,7 +37,8 @@ from detaudit.static.sources import (
     python_parse_error,
     split_lines,
 )
-from detaudit.static.trees import file_scope, parse_module
+from detaudit.static.engine.trees import file_scope, parse_module
+from detaudit.static.fixes.code import DEFAULT_FIX_STYLE
 
 if TYPE_CHECKING:
     import libcst as cst
@@ -180,8 +180,8 @@ def internal_error(display_path: str, where: str, error: BaseException) -> str:
 
 
 def _origin(error: BaseException) -> str | None:
-    """``detaudit/static/rules/seeds.py:123``: the innermost frame in detaudit's code."""
-    package = Path(__file__).resolve().parent.parent
+    """``detaudit/static/rules/seeding/conditional_seed.py:123``: the innermost frame in detaudit's code."""
+    package = Path(__file__).resolve().parents[2]
     origin = None
     traceback = error.__traceback__
     while traceback is not None:
@@ -203,10 +203,10 @@ def _parse_and_analyse(
 ) -> tuple[FileResult, FileContext | None]:
     import libcst as cst
 
-    from detaudit.static.facts import FactCollector, FileFacts
+    from detaudit.static.engine.facts import FactCollector, FileFacts
+    from detaudit.static.engine.walk import walk
     from detaudit.static.rule import all_rules
     from detaudit.static.rules.parse_error import ParseError
-    from detaudit.static.walk import walk
 
     result = FileResult(display_path)
     text, skipped = without_complex_expressions(unit.text, budget)
@@ -427,7 +427,7 @@ class _Locator:
     def _statements(self) -> dict[int, int]:
         """node -> index of its top-level statement (and the ranks of ``ast`` twins), in one pass."""
         if self._statement_of is None:
-            from detaudit.static.walk import iter_nodes
+            from detaudit.static.engine.walk import iter_nodes
 
             twins, ranks = _ast_twins(), self._rank_of
             counts = dict.fromkeys(twins, 0)

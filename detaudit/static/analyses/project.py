@@ -44,12 +44,12 @@ from detaudit.knowledge.apis import (
     TORCH,
 )
 from detaudit.knowledge.layers import derived_layers
-from detaudit.static.facts import CallFact, FactCollector, FileFacts, StaticValue
-from detaudit.static.limits import DEFAULT_FILE_TIME_BUDGET, TooComplex, without_complex_expressions
-from detaudit.static.names import dotted_name
-from detaudit.static.sources import MAX_FILE_BYTES, UnreadableSource, decode_python
-from detaudit.static.trees import parse_module
-from detaudit.static.walk import walk
+from detaudit.static.engine.facts import CallFact, FactCollector, FileFacts, StaticValue
+from detaudit.static.engine.limits import DEFAULT_FILE_TIME_BUDGET, TooComplex, without_complex_expressions
+from detaudit.static.engine.names import dotted_name
+from detaudit.static.engine.sources import MAX_FILE_BYTES, UnreadableSource, decode_python
+from detaudit.static.engine.trees import parse_module
+from detaudit.static.engine.walk import walk
 
 # --- known APIs: what they do to the global RNGs ----------------------------------
 # (seeding functions and RNG state restorers are shared with the rules, the fixes

@@ -16,7 +16,7 @@ from typing import Any, Iterator
 import libcst as cst
 
 from detaudit.knowledge.backend_settings import backend_settings
-from detaudit.static.names import NameTable
+from detaudit.static.engine.names import NameTable
 
 
 @dataclass(frozen=True)

@@ -44,14 +44,14 @@ import libcst as cst
 
 from detaudit.findings import Finding, SuggestedFix, TextEdit
 from detaudit.static.context import FileContext, FileResult
-from detaudit.static.edits import Edit, InsertStatement, Replace, comment_words, edits_of, is_import_line
-from detaudit.static.engine import analyse_source
-from detaudit.static.fix_code import DEFAULT_FIX_STYLE
+from detaudit.static.engine.check import analyse_source
+from detaudit.static.engine.sources import UnreadableSource, decode_python, python_parse_error, split_lines
+from detaudit.static.fixes.code import DEFAULT_FIX_STYLE
+from detaudit.static.fixes.edits import Edit, InsertStatement, Replace, comment_words, edits_of, is_import_line
 from detaudit.static.rule import Rule, RuleHit
-from detaudit.static.sources import UnreadableSource, decode_python, python_parse_error, split_lines
 
 if TYPE_CHECKING:
-    from detaudit.static.config import Config
+    from detaudit.static.run.config import Config
 
 #: Rounds of fix-and-recheck per file; real files settle in one or two.
 MAX_ROUNDS = 8
@@ -144,7 +144,7 @@ class _Reported:
     def __call__(self, findings: list[Finding]) -> list[Finding]:
         if self.config is None:
             return [f for f in findings if f.code in self.enabled]
-        from detaudit.static.config import filter_findings
+        from detaudit.static.run.config import filter_findings
 
         return filter_findings(findings, set(self.enabled), self.config)
 
@@ -260,7 +260,7 @@ class _FileFixer:
         return fixes
 
     def _check(self, text: str) -> tuple[FileResult, FileContext | None]:
-        from detaudit.static.discovery import project_root_of
+        from detaudit.static.run.discovery import project_root_of
 
         return analyse_source(
             text, self.path, rules=self.rules, project_root=project_root_of(self.path), fix_style=self.fix_style

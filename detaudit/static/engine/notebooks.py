@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import re
 
-from detaudit.static.sources import SourceUnit, UnreadableSource, split_lines
+from detaudit.static.engine.sources import SourceUnit, UnreadableSource, split_lines
 
 _MAGIC_ASSIGNMENT = re.compile(r"^(?P<indent>\s*)(?P<target>[\w.\[\], ]+?)\s*=\s*[%!]")
 _IPYTHON_LINE = re.compile(r"^(?P<indent>\s*)(?:[%!]|\?\??[\w.]|[\w.]+\?\??\s*$)")

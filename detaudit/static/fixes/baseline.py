@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Sequence
 
 from detaudit.findings import Finding
-from detaudit.static.sources import split_lines
+from detaudit.static.engine.sources import split_lines
 
 _EXISTING = re.compile(r"#\s*detaudit:\s*ignore\[(?P<rules>[^\]]*)\]")
 

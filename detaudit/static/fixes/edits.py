@@ -1,6 +1,6 @@
 """Edit primitives: what a rule attaches to a finding so that ``detaudit check --fix`` can apply it.
 
-An edit names nodes of the checked module; ``detaudit.static.fix`` applies the
+An edit names nodes of the checked module; ``detaudit.static.fixes.apply`` applies the
 edits of all fixed findings in one libcst transform, so formatting and comments
 outside the edited nodes stay byte-for-byte as they were.  The fix for a
 hazard (what to seed, where, with which call) is written next to the rule

@@ -80,7 +80,7 @@ def discover(
     explicitly is always checked (as pre-commit passes them), whatever its suffix or
     ignores.  What is skipped for being unreadable is said in ``warnings``."""
     warnings = warnings if warnings is not None else []
-    from detaudit.static.config import path_matches
+    from detaudit.static.run.config import path_matches
 
     def excluded(path: Path) -> bool:
         if not exclude:

@@ -41,7 +41,7 @@ import warnings
 from dataclasses import dataclass
 from typing import Iterator
 
-from detaudit.static.sources import LINE_BREAK
+from detaudit.static.engine.sources import LINE_BREAK
 
 #: Seconds per file, unless configured (``file-time-budget``, ``--file-time-budget``).
 DEFAULT_FILE_TIME_BUDGET = 10.0

@@ -15,11 +15,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from detaudit.findings import Finding
-from detaudit.static.cache import ResultCache, content_hash
-from detaudit.static.config import Config, RuleSelection, filter_findings
-from detaudit.static.discovery import discover, display_path, project_root_of
 from detaudit.static.context import FileResult
-from detaudit.static.engine import check_file
+from detaudit.static.engine.check import check_file
+from detaudit.static.run.cache import ResultCache, content_hash
+from detaudit.static.run.config import Config, RuleSelection, filter_findings
+from detaudit.static.run.discovery import discover, display_path, project_root_of
 
 #: Below this many files to parse, a process pool costs more than it saves.
 MIN_FILES_FOR_POOL = 16

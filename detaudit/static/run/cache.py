@@ -34,7 +34,7 @@ def content_hash(data: bytes) -> str:
 
 def _engine_fingerprint() -> str:
     """Changes whenever detaudit's own code changes (a new rule must re-check files)."""
-    package = Path(__file__).resolve().parent.parent
+    package = Path(__file__).resolve().parents[2]
     stamps = [__version__]
     for path in sorted(package.rglob("*.py")) + sorted(package.rglob("*.json")):
         if "static" in path.parts or "knowledge" in path.parts:
