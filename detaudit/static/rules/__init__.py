@@ -1,7 +1,7 @@
 """The rule catalogue: one module per rule family.  Importing this package imports
-every module in it, which registers their rules, so adding a rule family is
-adding a module here and nothing else.  Rule modules never import each other:
-what several rules need is in ``detaudit.static.analyses``.
+every rule module under it, family folders included, which registers their rules,
+so adding a rule is adding a module and nothing else.  Rule modules never import
+each other: what several rules need is in ``detaudit.static.analyses``.
 
 Code ranges: DET000 parse errors · DET001-009 seeding · DET010-019 backend and
 determinism settings · DET020-029 nondeterministic ops, memory and unfinished
@@ -17,9 +17,20 @@ from types import ModuleType
 from typing import Iterable
 
 
-def import_modules(package: str, path: Iterable[str]) -> list[ModuleType]:
-    """Import every module of ``package`` (whose directories are ``path``)."""
-    return [importlib.import_module(f"{package}.{module.name}") for module in pkgutil.iter_modules(path)]
+def import_rule_modules(package: str, path: Iterable[str]) -> list[ModuleType]:
+    """Import every rule module of ``package`` (whose directories are ``path``) and
+    of its sub-packages, the rule families.  A family's private modules
+    (``_common.py``) hold no rule: the rules that use them import them."""
+    modules = []
+    for found in pkgutil.iter_modules(path):
+        if found.name.startswith("_"):
+            continue
+        module = importlib.import_module(f"{package}.{found.name}")
+        if found.ispkg:
+            modules += import_rule_modules(module.__name__, module.__path__)
+        else:
+            modules.append(module)
+    return modules
 
 
-RULE_MODULES = import_modules(__name__, __path__)
+RULE_MODULES = import_rule_modules(__name__, __path__)
