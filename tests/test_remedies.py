@@ -35,7 +35,7 @@ from detaudit.dynamic.remedies import (
 from detaudit.dynamic.report import RootCause
 from detaudit.knowledge.apis import RESEED_FROM_ENTROPY
 from detaudit.knowledge.ops import load_ops_table
-from detaudit.static.rules.entropy import SEEDED_BY_OS_WHEN_NONE
+from detaudit.static.rules.seeding.entropy_seed import SEEDED_BY_OS_WHEN_NONE
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "fixtures" / "dynamic"

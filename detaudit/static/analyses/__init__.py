@@ -16,8 +16,10 @@ here, typed, and a rule reads it as ``self.analyses.<name>``:
 - ``values`` (``values.py``): the value an expression has in a default run when it comes
   through a parameter or a project config (yacs, dataclasses, Hydra/OmegaConf YAML).
 
-String-ness (``strings.py``) and project helpers named for what they do
-(``helpers.py``) are functions of a node or a call, with nothing to cache.
+String-ness (``strings.py``), project helpers named for what they do
+(``helpers.py``) and what distributed code looks like (``distributed.py``:
+which identifiers hold a rank, the names a callee goes by) are functions of a
+node or a call, with nothing to cache.
 
 Analyses import ``engine/``'s building blocks (facts, walk, names, and for the
 project index sources, limits and trees), ``detaudit.knowledge`` and each
