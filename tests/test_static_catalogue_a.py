@@ -104,7 +104,9 @@ def test_catalogue_a_rules_import_neither_torch_nor_numpy():
     code = (
         "import sys\n"
         "from detaudit.static.engine.check import check_source\n"
-        "from detaudit.static.rules import backend_flags, determinism, ops, tensorflow_jax\n"
+        "from detaudit.static.rules import ops, tensorflow_jax\n"
+        "from detaudit.static.rules.settings import (compile_autotune, cublas_workspace_config, determinism_not_requested,\n"
+        "    deterministic_off, deterministic_warn_only, framework_determinism_off, unknown_backend_flag)\n"
         "check_source('import torch\\nx.index_add_(0, i, s)\\n')\n"
         "assert 'torch' not in sys.modules and 'numpy' not in sys.modules, sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'numpy'))\n"
     )

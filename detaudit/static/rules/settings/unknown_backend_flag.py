@@ -1,4 +1,4 @@
-"""Assignments to ``torch.backends`` attributes that do not exist: silent no-ops."""
+"""Assignments to ``torch.backends`` attributes that do not exist: silent no-ops (DET012 unknown-backend-flag)."""
 
 from __future__ import annotations
 
