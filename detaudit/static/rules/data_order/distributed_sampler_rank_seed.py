@@ -7,8 +7,6 @@ from detaudit.knowledge.apis import DATA_API_ALIASES, DISTRIBUTED_SAMPLER
 from detaudit.static.analyses.distributed import rank_identifiers
 from detaudit.static.rule import Invalid, Rule
 
-# --- DET033 distributed-sampler-rank-seed ----------------------------------------------
-
 #: ``DistributedSampler(dataset, num_replicas, rank, shuffle, seed, drop_last)``
 _SHUFFLE = ("shuffle", 3)
 _SEED = ("seed", 4)
