@@ -104,8 +104,9 @@ def test_catalogue_a_rules_import_neither_torch_nor_numpy():
     code = (
         "import sys\n"
         "from detaudit.static.engine.check import check_source\n"
-        "from detaudit.static.rules import tensorflow_jax\n"
         "from detaudit.static.rules.kernels import nondeterministic_op\n"
+        "from detaudit.static.rules.other_frameworks import (jax_determinism_not_requested, tf_determinism_not_requested,\n"
+        "    tf_missing_seed, xla_nondeterministic_ops)\n"
         "from detaudit.static.rules.settings import (compile_autotune, cublas_workspace_config, determinism_not_requested,\n"
         "    deterministic_off, deterministic_warn_only, framework_determinism_off, unknown_backend_flag)\n"
         "check_source('import torch\\nx.index_add_(0, i, s)\\n')\n"

@@ -138,6 +138,32 @@ def test_every_rule_module_is_loaded():
     assert defined_in == _rule_module_names()
 
 
+def test_each_rule_module_holds_one_rule_named_after_it():
+    """``settings/cudnn_benchmark.py`` holds cudnn-benchmark and nothing else."""
+    by_module: dict[str, list[str]] = {}
+    for rule in all_rules():
+        by_module.setdefault(rule.__module__.removeprefix(RULES_PACKAGE + "."), []).append(rule.name)
+    misnamed = {
+        module: names
+        for module, names in by_module.items()
+        if names != [module.rpartition(".")[2].replace("_", "-")]
+    }
+    assert misnamed == {}
+
+
+def test_each_family_holds_one_decade_of_codes():
+    """A family folder holds the rules of one code decade (DET01x: ``settings/``),
+    and no two folders share one; DET000 parse-error is the only rule of no family."""
+    decades: dict[str | None, set[str]] = {}
+    for rule in all_rules():
+        parts = rule.__module__.removeprefix(RULES_PACKAGE + ".").split(".")
+        decades.setdefault(parts[0] if len(parts) > 1 else None, set()).add(rule.code[:5])
+    assert {family: codes for family, codes in decades.items() if family is not None and len(codes) != 1} == {}
+    families = [codes for family, codes in decades.items() if family is not None]
+    assert len(set().union(*families)) == len(families)
+    assert [rule.code for rule in all_rules() if rule.__module__.count(".") == 3] == ["DET000"]
+
+
 def test_a_new_rule_module_is_loaded_without_being_listed(tmp_path):
     """Dropping a module into a family folder of ``rules/`` (a new folder here) is
     all it takes: in a copy of the package, a new module's rule shows up in the

@@ -6,7 +6,9 @@ snippets that the test suite runs.  Rules share the engine's single tree walk:
 a rule may define libcst ``visit_*``/``leave_*`` methods, and/or ``finish()``,
 which runs after the walk with the file's complete facts (``self.facts``) and
 the analyses several rules share (``self.analyses``).  A rule never imports
-another rule: what two rules need lives in ``detaudit.static.analyses``.
+another rule: what rules of one family share lives in the family's
+``_common.py``, what rules of several families need in
+``detaudit.static.analyses``.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Analyses that several rules read, each computed once per checked file, on first use.
 
-Rules never import each other: what two rules need to know about a file lives
-here, typed, and a rule reads it as ``self.analyses.<name>``:
+Rules never import each other: what rules of several families need to know
+about a file lives here, typed, and a rule reads it as ``self.analyses.<name>``:
 
 - ``script`` (``script.py``): does executing the file do work, does a run reach a call;
 - ``rng_effects`` (``project.py``, the project index): what each call does to the global RNGs,

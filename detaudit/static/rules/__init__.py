@@ -1,12 +1,17 @@
-"""The rule catalogue: one module per rule family.  Importing this package imports
-every rule module under it, family folders included, which registers their rules,
-so adding a rule is adding a module and nothing else.  Rule modules never import
-each other: what several rules need is in ``detaudit.static.analyses``.
+"""The rule catalogue: one module per rule, named after the rule (``cudnn_benchmark.py`` holds cudnn-benchmark), in one folder per family of codes.
 
-Code ranges: DET000 parse errors · DET001-009 seeding · DET010-019 backend and
-determinism settings · DET020-029 nondeterministic ops, memory and unfinished
-collectives · DET030-039 data order and loading · DET040-049 TensorFlow/Keras
-and JAX.
+Importing this package imports every rule module under it, found by walking
+the folders, which registers their rules: adding a rule is adding its module,
+listed nowhere.  A rule module imports the rule base (``rule.py``), the
+analyses, ``engine/``'s building blocks, ``fixes/edits.py`` and
+``fixes/code.py``, ``detaudit.knowledge``, and of ``rules/`` only its own
+family's private modules (``_common.py``: what rules of one family share);
+what rules of several families need is an analysis.  The families follow
+the code decades: ``parse_error.py`` DET000 (files that could not be read or
+parsed) · ``seeding/`` DET001-009 · ``settings/`` DET010-019 backend and
+determinism settings · ``kernels/`` DET020-029 nondeterministic ops, memory,
+batch invariance and unfinished collectives · ``data_order/`` DET030-039 data
+order and loading · ``other_frameworks/`` DET040-049 TensorFlow/Keras and JAX.
 """
 
 from __future__ import annotations
