@@ -17,24 +17,28 @@ order and loading · ``other_frameworks/`` DET040-049 TensorFlow/Keras and JAX.
 from __future__ import annotations
 
 import importlib
-import pkgutil
+import os
 from types import ModuleType
 from typing import Iterable
 
 
 def import_rule_modules(package: str, path: Iterable[str]) -> list[ModuleType]:
     """Import every rule module of ``package`` (whose directories are ``path``) and
-    of its sub-packages, the rule families.  A family's private modules
-    (``_common.py``) hold no rule: the rules that use them import them."""
+    of its sub-packages, the rule families.  Names that start with ``_`` are
+    left out: a family's private modules (``_common.py``) hold no rule, and the
+    rules that use them import them.  The folders are scanned directly:
+    ``pkgutil.iter_modules`` over the six of them cost about a millisecond at
+    every start, more than the imports of the modules it found."""
     modules = []
-    for found in pkgutil.iter_modules(path):
-        if found.name.startswith("_"):
-            continue
-        module = importlib.import_module(f"{package}.{found.name}")
-        if found.ispkg:
-            modules += import_rule_modules(module.__name__, module.__path__)
-        else:
-            modules.append(module)
+    for directory in path:
+        for entry in sorted(os.scandir(directory), key=lambda entry: entry.name):
+            name = entry.name.removesuffix(".py")
+            if name.startswith("_") or not name.isidentifier():
+                continue
+            if entry.name.endswith(".py") and entry.is_file():
+                modules.append(importlib.import_module(f"{package}.{name}"))
+            elif entry.is_dir() and os.path.isfile(os.path.join(entry.path, "__init__.py")):
+                modules += import_rule_modules(f"{package}.{name}", [entry.path])
     return modules
 
 
