@@ -39,7 +39,7 @@ sys.path.insert(0, str(REPO / "tests"))
 
 from static_fuzzing import hazard_snippets, problems, torch_flavoured  # noqa: E402
 
-from detaudit.static.sources import split_lines  # noqa: E402
+from detaudit.static.engine.sources import split_lines  # noqa: E402
 
 BREAKERS = ["(", ")", "[", "]", "{", ":", "\\", "\r", "\x0c", "\t", "é", "'", '"', "#", ";", ",", " if ", "\n    "]
 MAX_MUTATED_BYTES = 60_000  # a mutant is checked and fixed twice: keep each under a few seconds

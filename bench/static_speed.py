@@ -60,7 +60,7 @@ _COUNTED_PRELUDE = """
 import sys
 from pathlib import Path
 import libcst
-from detaudit.static.engine import check_file
+from detaudit.static.engine.check import check_file
 root, files = Path(sys.argv[1]), [Path(name) for name in sys.argv[2:]]
 texts = [f.read_text(encoding="utf-8", errors="replace") for f in files]
 warm_up = root / "warm_up.py"

@@ -23,9 +23,9 @@ from functools import lru_cache
 from pathlib import Path
 
 from detaudit.report.jsonout import check_report
-from detaudit.static.engine import check_source
-from detaudit.static.fix import fix_source
-from detaudit.static.sources import python_parse_error, split_lines
+from detaudit.static.engine.check import check_source
+from detaudit.static.engine.sources import python_parse_error, split_lines
+from detaudit.static.fixes.apply import fix_source
 
 #: ``--fix`` may decline a file for these reasons (one-line errors starting so)
 EXPECTED_FIX_REFUSALS = (

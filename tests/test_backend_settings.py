@@ -22,7 +22,7 @@ from detaudit.knowledge.backend_settings import (
     backend_settings,
     parse_backend_settings,
 )
-from detaudit.static.engine import check_source
+from detaudit.static.engine.check import check_source
 
 REPO = Path(__file__).resolve().parents[1]
 PACKAGE = REPO / "detaudit"

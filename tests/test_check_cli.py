@@ -265,7 +265,7 @@ def test_bad_inputs_are_reported_and_the_rest_is_checked(tmp_path):
 
 
 def test_unreadable_file_is_a_finding(tmp_path):
-    from detaudit.static.engine import check_file
+    from detaudit.static.engine.check import check_file
 
     directory = tmp_path / "not_a_file.py"
     directory.mkdir()
@@ -371,7 +371,7 @@ def test_framework_only_file_is_checked(tmp_path):
 def test_repeated_code_is_located_at_each_occurrence():
     """Nodes are located by their text; repeated text falls back to the top-level
     statement, then to libcst's positions: every path must give the exact line."""
-    from detaudit.static.engine import check_source
+    from detaudit.static.engine.check import check_source
 
     text = (
         "import torch\n"
@@ -390,7 +390,7 @@ def test_repeated_code_is_located_at_each_occurrence():
 
 
 def test_multi_line_node_in_an_indented_block_is_located():
-    from detaudit.static.engine import check_source
+    from detaudit.static.engine.check import check_source
 
     text = (
         "import torch\n"
@@ -413,7 +413,7 @@ def test_code_repeated_within_one_statement_is_located_by_its_rank_in_pythons_as
     import libcst as cst
     from libcst.metadata import MetadataWrapper, PositionProvider
 
-    from detaudit.static.engine import _Locator
+    from detaudit.static.engine.locate import Locator
 
     text = (
         "import torch.nn.functional as F\n\n"
@@ -428,7 +428,7 @@ def test_code_repeated_within_one_statement_is_located_by_its_rank_in_pythons_as
     )
     module = cst.parse_module(text)
     calls = [n for n in _all_nodes(module) if isinstance(n, cst.Call) and module.code_for_node(n.func) == "F.interpolate"]
-    locator = _Locator(module, text)
+    locator = Locator(module, text)
     snippets = [module.code_for_node(call).strip() for call in calls]
     assert len(calls) == 4 and all(locator._by_text(snippet) is None for snippet in snippets)
     assert [locator._by_rank(call, snippet) is not None for call, snippet in zip(calls, snippets)] == [True, True, False, False]
@@ -449,7 +449,7 @@ def test_a_multi_line_call_ends_at_its_own_parenthesis_when_code_follows_on_its_
     import libcst as cst
     from libcst.metadata import MetadataWrapper, PositionProvider
 
-    from detaudit.static.engine import _Locator
+    from detaudit.static.engine.locate import Locator
 
     text = (
         "import torch.nn.functional as F\n\n"
@@ -460,13 +460,13 @@ def test_a_multi_line_call_ends_at_its_own_parenthesis_when_code_follows_on_its_
     )
     module = cst.parse_module(text)
     [call] = [n for n in _all_nodes(module) if isinstance(n, cst.Call) and module.code_for_node(n.func).endswith("attention")]
-    span = _Locator(module, text).spans([call])[id(call)]
+    span = Locator(module, text).spans([call])[id(call)]
     p = MetadataWrapper(module, unsafe_skip_copy=True).resolve(PositionProvider)[call]
     assert (span.start_line, span.start_column, span.end_line, span.end_column) == (5, 12, 7, 9)
     assert (p.start.line, p.start.column, p.end.line, p.end.column) == (5, 12, 7, 9)
 
 def _all_nodes(module):
-    from detaudit.static.walk import iter_nodes
+    from detaudit.static.engine.walk import iter_nodes
 
     return list(iter_nodes(module))
 
@@ -476,14 +476,15 @@ def test_fast_node_location_agrees_with_libcst_positions():
     location must equal libcst's PositionProvider's (the slow, exact answer)."""
     from libcst.metadata import MetadataWrapper, PositionProvider
 
-    from detaudit.static.engine import _spans, analyse_source
+    from detaudit.static.engine.check import analyse_source
+    from detaudit.static.engine.locate import hit_spans
 
     compared = 0
     for path in sorted((REPO / "fixtures").rglob("*.py")):
         _, context = analyse_source(path.read_text(encoding="utf-8"), path, project_root=path.parent)
         if context is None or not context.hits:
             continue
-        fast = _spans(context)
+        fast = hit_spans(context)
         exact = MetadataWrapper(context.module, unsafe_skip_copy=True).resolve(PositionProvider)
         for hit in context.hits:
             p = exact[hit.node]

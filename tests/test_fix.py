@@ -14,9 +14,9 @@ from pathlib import Path
 import libcst as cst
 import pytest
 
-from detaudit.static.edits import InsertStatement, Replace, insert_before_first_use, with_keyword_arguments, wrapped_in_call
-from detaudit.static.engine import check_file
-from detaudit.static.fix import apply_edits, apply_fixes, fix_source
+from detaudit.static.engine.check import check_file
+from detaudit.static.fixes.apply import apply_edits, apply_fixes, fix_source
+from detaudit.static.fixes.edits import InsertStatement, Replace, insert_before_first_use, with_keyword_arguments, wrapped_in_call
 from detaudit.static.rule import RuleHit, all_rules, find_rule
 
 REPO = Path(__file__).resolve().parent.parent
@@ -136,7 +136,7 @@ def test_plain_seeding_uses_the_files_names(source, seeding):
 def test_plain_determinism_fix_sets_what_enable_determinism_sets(tmp_path):
     """The written-out settings (from the settings table) really switch torch:
     run them and read each setting back as ``enable_determinism`` would."""
-    from detaudit.static.fix_code import determinism_code, determinism_settings
+    from detaudit.static.fixes.code import determinism_code, determinism_settings
 
     code = determinism_code({}, "plain")
     assert any("use_deterministic_algorithms(True)" in line for line in code.lines)
@@ -144,7 +144,7 @@ def test_plain_determinism_fix_sets_what_enable_determinism_sets(tmp_path):
         [*(f"import {module}" for module in code.imports), "import torch", *code.lines,
          "from detaudit.knowledge.backend_settings import backend_settings",
          "from detaudit.runtime.settings import access",
-         "from detaudit.static.fix_code import determinism_settings",
+         "from detaudit.static.fixes.code import determinism_settings",
          "print(all(access(torch, s).read() == access(torch, s).spelling.environment and s.safe or access(torch, s).read() == s.safe"
          " for s, _ in determinism_settings()))",
          "print(torch.are_deterministic_algorithms_enabled())"]
@@ -280,7 +280,7 @@ def test_suppressed_and_unselected_findings_are_not_fixed(tmp_path):
 
 
 def test_per_file_ignores_are_honoured(tmp_path):
-    from detaudit.static.config import Config
+    from detaudit.static.run.config import Config
 
     text = HAZARD + "torch.backends.cudnn.allow_tf32 = True\n"
     path = write(tmp_path / "sub" / "train.py", text)

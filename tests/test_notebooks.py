@@ -12,10 +12,10 @@ import pytest
 from detaudit.findings import Finding
 from detaudit.report.github import github_annotations
 from detaudit.report.sarif import to_sarif
-from detaudit.static.engine import check_file
-from detaudit.static.notebooks import notebook_source
+from detaudit.static.engine.check import check_file
+from detaudit.static.engine.notebooks import notebook_source
+from detaudit.static.engine.sources import UnreadableSource
 from detaudit.static.rule import all_rules
-from detaudit.static.sources import UnreadableSource
 
 REPO = Path(__file__).resolve().parents[1]
 NOTEBOOKS = REPO / "fixtures" / "static" / "notebooks"

@@ -37,7 +37,7 @@ from detaudit.launch.options import LaunchOptions
 from detaudit.launch.process import run_script
 from detaudit.launch.seed_generators import GENERATORS, RESEEDER
 from detaudit.launch.seed_generators import paste_code as generators_code
-from detaudit.static.rules.entropy import SEEDED_BY_OS_WHEN_NONE
+from detaudit.static.rules.seeding.entropy_seed import SEEDED_BY_OS_WHEN_NONE
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "fixtures" / "dynamic"

@@ -6,7 +6,7 @@ import textwrap
 
 import pytest
 
-from detaudit.static.engine import check_source
+from detaudit.static.engine.check import check_source
 from detaudit.static.rule import all_rules
 
 RULES = all_rules()

@@ -8,7 +8,7 @@ import libcst as cst
 import pytest
 
 from detaudit.static.analyses.execution import Runs, blocks, every_block, header, statements
-from detaudit.static.engine import analyse_source, check_source
+from detaudit.static.engine.check import analyse_source, check_source
 
 _EMPTY = cst.Module([])
 

@@ -18,8 +18,8 @@ import libcst as cst
 import pytest
 
 from detaudit.static.analyses import determinism
-from detaudit.static.engine import analyse_source, check_file, check_source
-from detaudit.static.facts import FactCollector, FileFacts
+from detaudit.static.engine.check import analyse_source, check_file, check_source
+from detaudit.static.engine.facts import FactCollector, FileFacts
 
 REPO = Path(__file__).resolve().parents[1]
 FIXTURES = REPO / "fixtures" / "static" / "catalogue_a"
@@ -103,8 +103,12 @@ def test_default_mode_reports_each_op_once_per_file():
 def test_catalogue_a_rules_import_neither_torch_nor_numpy():
     code = (
         "import sys\n"
-        "from detaudit.static.engine import check_source\n"
-        "from detaudit.static.rules import backend_flags, determinism, ops, tensorflow_jax\n"
+        "from detaudit.static.engine.check import check_source\n"
+        "from detaudit.static.rules.kernels import nondeterministic_op\n"
+        "from detaudit.static.rules.other_frameworks import (jax_determinism_not_requested, tf_determinism_not_requested,\n"
+        "    tf_missing_seed, xla_nondeterministic_ops)\n"
+        "from detaudit.static.rules.settings import (compile_autotune, cublas_workspace_config, determinism_not_requested,\n"
+        "    deterministic_off, deterministic_warn_only, framework_determinism_off, unknown_backend_flag)\n"
         "check_source('import torch\\nx.index_add_(0, i, s)\\n')\n"
         "assert 'torch' not in sys.modules and 'numpy' not in sys.modules, sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'numpy'))\n"
     )

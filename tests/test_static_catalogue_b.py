@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from detaudit.static.engine import check_file, check_source
+from detaudit.static.engine.check import check_file, check_source
 from detaudit.static.rule import find_rule
 
 REPO = Path(__file__).resolve().parents[1]
@@ -209,7 +209,7 @@ def test_set_of_unknown_elements_is_not_reported():
 
 def test_checking_does_not_import_torch_or_numpy():
     script = (
-        "import sys\nfrom pathlib import Path\nfrom detaudit.static.engine import check_file\n"
+        "import sys\nfrom pathlib import Path\nfrom detaudit.static.engine.check import check_file\n"
         f"root = Path({str(FIXTURES)!r})\n"
         "for p in sorted(root.iterdir()):\n    check_file(p, p.name, root)\n"
         "assert 'torch' not in sys.modules and 'numpy' not in sys.modules, sorted(m for m in sys.modules if m in ('torch', 'numpy'))\n"

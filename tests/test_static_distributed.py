@@ -9,7 +9,7 @@ import textwrap
 
 import pytest
 
-from detaudit.static.engine import check_source
+from detaudit.static.engine.check import check_source
 
 
 def lines_of(rule: str, code: str) -> list[int]:

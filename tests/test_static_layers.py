@@ -1,4 +1,5 @@
-"""The static pass's layering: rule modules are found, not listed, and never import each other."""
+"""The static pass's layering: rule modules are found, not listed, and import no other
+rule module; a family's rules share only the family's private modules."""
 
 from __future__ import annotations
 
@@ -18,7 +19,13 @@ RULES_PACKAGE = "detaudit.static.rules"
 
 
 def _rule_module_names() -> set[str]:
-    return {path.stem for path in RULES_DIR.glob("*.py") if path.name != "__init__.py"}
+    """The rule modules under ``rules/``, dotted from there (``seeding.entropy_seed``);
+    packages and a family's private modules (``_common.py``) hold no rule."""
+    return {
+        ".".join(path.relative_to(RULES_DIR).with_suffix("").parts)
+        for path in RULES_DIR.rglob("*.py")
+        if not path.name.startswith("_")
+    }
 
 
 def _imported_modules(source: str, package: str = RULES_PACKAGE) -> set[str]:
@@ -38,15 +45,35 @@ def _imported_modules(source: str, package: str = RULES_PACKAGE) -> set[str]:
     return imported
 
 
+def _forbidden_imports(source: str, module: str, is_package: bool = False) -> set[str]:
+    """What ``module`` (a module or package under ``rules``) imports from ``rules``
+    that it may not: the package itself, anything of another family, a module of
+    its own family other than the family's private ones (``_common``), or any
+    module from the top level (a rule module of no family)."""
+    package = module if is_package else module.rpartition(".")[0]
+    family = package.removeprefix(RULES_PACKAGE).removeprefix(".").partition(".")[0] or None
+    forbidden = set()
+    for imported in _imported_modules(source, package):
+        if imported != RULES_PACKAGE and not imported.startswith(RULES_PACKAGE + "."):
+            continue
+        parts = imported.removeprefix(RULES_PACKAGE).removeprefix(".").split(".")
+        if family is not None and parts[0] == family and (len(parts) == 1 or parts[1].startswith("_")):
+            continue  # the family's own package or private modules, and the names in them
+        forbidden.add(imported)
+    return forbidden
+
+
 def test_no_rule_module_imports_another_rule_module():
     offenders = {}
-    for path in sorted(RULES_DIR.glob("*.py")):
-        imported = _imported_modules(path.read_text(encoding="utf-8"))
-        rule_modules = {m for m in imported if m.startswith(RULES_PACKAGE + ".")}
-        rule_modules = {m.split(".")[3] for m in rule_modules} & _rule_module_names()
-        rule_modules.discard(path.stem)
-        if rule_modules:
-            offenders[path.name] = sorted(rule_modules)
+    for path in sorted(RULES_DIR.rglob("*.py")):
+        if path == RULES_DIR / "__init__.py":
+            continue  # the catalogue itself, which imports every rule module
+        parts = path.relative_to(REPO).with_suffix("").parts
+        is_package = parts[-1] == "__init__"
+        module = ".".join(parts[:-1] if is_package else parts)
+        forbidden = _forbidden_imports(path.read_text(encoding="utf-8"), module, is_package)
+        if forbidden:
+            offenders[str(path.relative_to(RULES_DIR))] = sorted(forbidden)
     assert offenders == {}
 
 
@@ -68,18 +95,84 @@ def test_the_import_check_sees_every_spelling():
     assert {"seeds", "ordering", "memory", "entropy", "ops", "determinism"} <= found
 
 
+def test_the_family_check_sees_every_spelling():
+    """Each way a rule module can reach a rule module, or another family, is forbidden."""
+    source = textwrap.dedent(
+        """
+        from detaudit.static.rules.data_order.set_iteration_order import X
+        from detaudit.static.rules.seeding import entropy_seed
+        from detaudit.static.rules.kernels._common import Y
+        from . import missing_numpy_seed
+        from .conditional_seed import Z
+        from .. import parse_error
+        from ..settings import tf32
+        import detaudit.static.rules
+        import detaudit.static.rules.kernels.nondeterministic_op
+
+        def later():
+            from detaudit.static.rules.seeding.seed_after_use import W
+        """
+    )
+    forbidden = _forbidden_imports(source, f"{RULES_PACKAGE}.seeding.missing_torch_seed")
+    assert {
+        f"{RULES_PACKAGE}.data_order.set_iteration_order",
+        f"{RULES_PACKAGE}.seeding.entropy_seed",
+        f"{RULES_PACKAGE}.kernels._common",
+        f"{RULES_PACKAGE}.seeding.missing_numpy_seed",
+        f"{RULES_PACKAGE}.seeding.conditional_seed",
+        f"{RULES_PACKAGE}.parse_error",
+        f"{RULES_PACKAGE}.settings.tf32",
+        RULES_PACKAGE,
+        f"{RULES_PACKAGE}.kernels.nondeterministic_op",
+        f"{RULES_PACKAGE}.seeding.seed_after_use",
+    } <= forbidden
+    allowed = "from detaudit.static.rules.seeding._common import MissingSeed\nfrom ._common import seeding_fix\n"
+    assert _forbidden_imports(allowed, f"{RULES_PACKAGE}.seeding.missing_torch_seed") == set()
+    assert _forbidden_imports(allowed, f"{RULES_PACKAGE}.parse_error")
+
+
 def test_every_rule_module_is_loaded():
-    loaded = {module.__name__.rpartition(".")[2] for module in rules_package.RULE_MODULES}
+    loaded = {module.__name__.removeprefix(RULES_PACKAGE + ".") for module in rules_package.RULE_MODULES}
     assert loaded == _rule_module_names()
-    defined_in = {rule.__module__.rpartition(".")[2] for rule in all_rules()}
+    defined_in = {rule.__module__.removeprefix(RULES_PACKAGE + ".") for rule in all_rules()}
     assert defined_in == _rule_module_names()
 
 
+def test_each_rule_module_holds_one_rule_named_after_it():
+    """``settings/cudnn_benchmark.py`` holds cudnn-benchmark and nothing else."""
+    by_module: dict[str, list[str]] = {}
+    for rule in all_rules():
+        by_module.setdefault(rule.__module__.removeprefix(RULES_PACKAGE + "."), []).append(rule.name)
+    misnamed = {
+        module: names
+        for module, names in by_module.items()
+        if names != [module.rpartition(".")[2].replace("_", "-")]
+    }
+    assert misnamed == {}
+
+
+def test_each_family_holds_one_decade_of_codes():
+    """A family folder holds the rules of one code decade (DET01x: ``settings/``),
+    and no two folders share one; DET000 parse-error is the only rule of no family."""
+    decades: dict[str | None, set[str]] = {}
+    for rule in all_rules():
+        parts = rule.__module__.removeprefix(RULES_PACKAGE + ".").split(".")
+        decades.setdefault(parts[0] if len(parts) > 1 else None, set()).add(rule.code[:5])
+    assert {family: codes for family, codes in decades.items() if family is not None and len(codes) != 1} == {}
+    families = [codes for family, codes in decades.items() if family is not None]
+    assert len(set().union(*families)) == len(families)
+    assert [rule.code for rule in all_rules() if rule.__module__.count(".") == 3] == ["DET000"]
+
+
 def test_a_new_rule_module_is_loaded_without_being_listed(tmp_path):
-    """Dropping a module into ``rules/`` is all it takes: in a copy of the package,
-    a new module's rule shows up in the registry and runs on a file."""
+    """Dropping a module into a family folder of ``rules/`` (a new folder here) is
+    all it takes: in a copy of the package, a new module's rule shows up in the
+    registry and runs on a file."""
     shutil.copytree(REPO / "detaudit", tmp_path / "detaudit", ignore=shutil.ignore_patterns("__pycache__"))
-    (tmp_path / "detaudit" / "static" / "rules" / "zz_probe.py").write_text(
+    family = tmp_path / "detaudit" / "static" / "rules" / "zz_probes"
+    family.mkdir()
+    (family / "__init__.py").write_text('"""Rules that exist only in this test."""\n', encoding="utf-8")
+    (family / "probe_rule.py").write_text(
         textwrap.dedent(
             '''
             from detaudit.static.rule import Invalid, Rule
@@ -108,7 +201,7 @@ def test_a_new_rule_module_is_loaded_without_being_listed(tmp_path):
         sys.path.insert(0, {str(tmp_path)!r})
         import detaudit
         assert detaudit.__file__.startswith({str(tmp_path)!r}), detaudit.__file__
-        from detaudit.static.engine import check_source
+        from detaudit.static.engine.check import check_source
         from detaudit.static.rule import find_rule
         assert find_rule("DET999") is find_rule("probe-rule") is not None
         print(sorted(f.code for f in check_source("import torch\\nprobe()\\n", "train.py").findings))

@@ -8,8 +8,8 @@ import shutil
 import sys
 from pathlib import Path
 
-from detaudit.static.engine import check_file
-from detaudit.static.project import project_index
+from detaudit.static.analyses.project import project_index
+from detaudit.static.engine.check import check_file
 
 from project_files import write_project
 

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from detaudit.cli import main
-from detaudit.static.engine import check_file
+from detaudit.static.engine.check import check_file
 
 REPO = Path(__file__).resolve().parent.parent
 HAZARD = "import torch\ntorch.backends.cudnn.benchmark = True\n"

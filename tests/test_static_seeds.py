@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from detaudit.static.engine import check_file, check_source
+from detaudit.static.engine.check import check_file, check_source
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "static"
 SEED_RULES = {"missing-torch-seed", "missing-numpy-seed", "missing-python-seed", "conditional-seed", "seed-after-use"}

@@ -1,4 +1,4 @@
-"""Parsing with the cyclic GC kept off the tree (detaudit/static/trees.py)."""
+"""Parsing with the cyclic GC kept off the tree (detaudit/static/engine/trees.py)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import weakref
 
 import libcst as cst
 
-from detaudit.static.trees import file_scope, parse_module
+from detaudit.static.engine.trees import file_scope, parse_module
 
 SOURCE = "import torch\n\ndef f(x):\n    return torch.randn(3) + x\n"
 

@@ -7,8 +7,8 @@ from __future__ import annotations
 import textwrap
 from pathlib import Path
 
-from detaudit.static.engine import check_file
-from detaudit.static.project import content_hash
+from detaudit.static.analyses.project import content_hash
+from detaudit.static.engine.check import check_file
 
 from project_files import write_project
 

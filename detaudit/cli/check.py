@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 from detaudit.findings import Finding, Severity
-from detaudit.static.fix_code import FIX_STYLES
+from detaudit.static.fixes.code import FIX_STYLES
 
 FORMATS = ("text", "json", "sarif", "github")
 
@@ -54,8 +54,8 @@ def _split_selectors(values: list[str]) -> list[str]:
 
 def run(args: argparse.Namespace) -> int:
     from detaudit.cli import UsageError
-    from detaudit.static.checker import run_check
-    from detaudit.static.config import Config, ConfigError, RuleSelection, find_pyproject, load_config, parse_budget
+    from detaudit.static.run.checker import run_check
+    from detaudit.static.run.config import Config, ConfigError, RuleSelection, find_pyproject, load_config, parse_budget
 
     paths = args.paths or [Path(".")]
     # a path that does not exist is an error reported with the others' results (exit 2), as ruff does
@@ -97,7 +97,7 @@ def run(args: argparse.Namespace) -> int:
     if args.fix:
         check = _apply_fixes(args, check, paths, config, selection)
     if args.add_ignores:
-        from detaudit.static.baseline import add_ignores
+        from detaudit.static.fixes.baseline import add_ignores
 
         added, problems = add_ignores(check.findings, check.paths)
         for problem in problems:
@@ -143,7 +143,7 @@ def _load_layer_tables_or_fail() -> None:
 def _print_fix_diff(args, check, config, selection) -> int:
     """``--diff``: only the diff on stdout (so it pipes into ``git apply``); exit 1
     when there is something to fix, like ruff."""
-    from detaudit.static.fix import apply_fixes
+    from detaudit.static.fixes.apply import apply_fixes
 
     outcome = apply_fixes(
         check.results, paths=check.paths, rules=selection.rules, config=config, unsafe=args.unsafe_fixes, write=False
@@ -157,8 +157,8 @@ def _print_fix_diff(args, check, config, selection) -> int:
 
 def _apply_fixes(args, check, paths, config, selection):
     """``--fix``: write the fixes, then report what remains from a fresh check."""
-    from detaudit.static.checker import run_check
-    from detaudit.static.fix import apply_fixes
+    from detaudit.static.fixes.apply import apply_fixes
+    from detaudit.static.run.checker import run_check
 
     outcome = apply_fixes(
         check.results, paths=check.paths, rules=selection.rules, config=config, unsafe=args.unsafe_fixes, write=True
@@ -198,7 +198,7 @@ def _write_report(args: argparse.Namespace, check, config, selection) -> None:
             from detaudit.static.rule import all_rules
 
             # a check some file's errors left incomplete is not a successful run
-            from detaudit.static.fix import with_suggested_fixes
+            from detaudit.static.fixes.apply import with_suggested_fixes
 
             run_invocation = invocation(not check.errors, [("error", error) for error in check.errors])
             findings = with_suggested_fixes(check.findings, check.results, rules=selection.rules, paths=check.paths, config=config)
@@ -228,7 +228,7 @@ def _open_output(path: Path):
 
 def _write_text(args: argparse.Namespace, check, stream) -> None:
     from detaudit.report.text import make_console, render_findings, summary_line
-    from detaudit.static.sources import split_lines
+    from detaudit.static.engine.sources import split_lines
 
     console = make_console(stream)
     lines_cache: dict[str, list[str]] = {}

@@ -6,7 +6,9 @@ snippets that the test suite runs.  Rules share the engine's single tree walk:
 a rule may define libcst ``visit_*``/``leave_*`` methods, and/or ``finish()``,
 which runs after the walk with the file's complete facts (``self.facts``) and
 the analyses several rules share (``self.analyses``).  A rule never imports
-another rule: what two rules need lives in ``detaudit.static.analyses``.
+another rule: what rules of one family share lives in the family's
+``_common.py``, what rules of several families need in
+``detaudit.static.analyses``.
 """
 
 from __future__ import annotations
@@ -21,8 +23,8 @@ from detaudit.findings import Severity
 
 if TYPE_CHECKING:
     from detaudit.static.analyses import FileAnalyses
-    from detaudit.static.engine import FileContext
-    from detaudit.static.facts import FileFacts
+    from detaudit.static.context import FileContext
+    from detaudit.static.engine.facts import FileFacts
 
 
 @dataclass(frozen=True)
@@ -44,7 +46,7 @@ class RuleHit:
     rule: type["Rule"]
     node: cst.CSTNode
     message: str
-    fix: Any = None  # a detaudit.static.fix edit, when the rule can fix this hit
+    fix: Any = None  # a detaudit.static.fixes.apply edit, when the rule can fix this hit
 
 
 RULES: dict[str, type["Rule"]] = {}

@@ -1,10 +1,11 @@
 """Analyses that several rules read, each computed once per checked file, on first use.
 
-Rules never import each other: what two rules need to know about a file lives
-here, typed, and a rule reads it as ``self.analyses.<name>``:
+Rules never import each other: what rules of several families need to know
+about a file lives here, typed, and a rule reads it as ``self.analyses.<name>``:
 
 - ``script`` (``script.py``): does executing the file do work, does a run reach a call;
-- ``rng_effects`` (``detaudit.static.project``): what each call does to the global RNGs;
+- ``rng_effects`` (``project.py``, the project index): what each call does to the global RNGs,
+  across the file and the project modules it imports;
 - ``training`` (``script.py``): the call that makes the file a training script, if any;
 - ``run_order`` (``execution.py``): the calls a run reaches, in order (the
   statement walker every rule uses is there too);
@@ -15,8 +16,15 @@ here, typed, and a rule reads it as ``self.analyses.<name>``:
 - ``values`` (``values.py``): the value an expression has in a default run when it comes
   through a parameter or a project config (yacs, dataclasses, Hydra/OmegaConf YAML).
 
-String-ness (``strings.py``) and project helpers named for what they do
-(``helpers.py``) are functions of a node or a call, with nothing to cache.
+String-ness (``strings.py``), project helpers named for what they do
+(``helpers.py``) and what distributed code looks like (``distributed.py``:
+which identifiers hold a rank, the names a callee goes by) are functions of a
+node or a call, with nothing to cache.
+
+Analyses import ``engine/``'s building blocks (facts, walk, names, and for the
+project index sources, limits and trees), ``detaudit.knowledge`` and each
+other; ``context.py`` only for its types; never a rule, the pipeline
+(``engine/check.py``), ``fixes/`` or ``run/``.
 """
 
 from __future__ import annotations
@@ -29,14 +37,14 @@ from detaudit.static.analyses.determinism import DeterminismState
 from detaudit.static.analyses.execution import RunOrder, run_order
 from detaudit.static.analyses.grad_flow import GradFlow
 from detaudit.static.analyses.op_sites import OpSite
+from detaudit.static.analyses.project import ModuleSummary
 from detaudit.static.analyses.script import ScriptAnalysis
 from detaudit.static.analyses.seeding import SeedingState
 from detaudit.static.analyses.values import Values
-from detaudit.static.facts import CallFact
-from detaudit.static.project import ModuleSummary
+from detaudit.static.engine.facts import CallFact
 
 if TYPE_CHECKING:
-    from detaudit.static.engine import FileContext
+    from detaudit.static.context import FileContext
 
 
 class FileAnalyses:

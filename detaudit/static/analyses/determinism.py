@@ -18,12 +18,12 @@ import libcst as cst
 from detaudit.knowledge.apis import DETERMINISM_SWITCHES, LIGHTNING_TRAINER, TRAINER_DEFAULTS_ARGUMENTS, DeterminismSwitch
 from detaudit.knowledge.backend_settings import backend_settings
 from detaudit.static.analyses.helpers import helper_calls, project_helper_named
-from detaudit.static.facts import UNKNOWN, CallFact, FileFacts, Scope, SettingWrite, StaticValue
-from detaudit.static.walk import child_nodes
+from detaudit.static.engine.facts import UNKNOWN, CallFact, FileFacts, Scope, SettingWrite, StaticValue
+from detaudit.static.engine.walk import child_nodes
 
 if TYPE_CHECKING:
     from detaudit.static.analyses.values import Values
-    from detaudit.static.engine import FileContext
+    from detaudit.static.context import FileContext
 
 #: How an argument is read: its value in a default run (``Values.evaluate``)
 Evaluate = Callable[[cst.BaseExpression | None, Scope], StaticValue]

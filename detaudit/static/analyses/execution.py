@@ -23,9 +23,9 @@ from typing import Callable, Iterator, NamedTuple, Sequence
 
 import libcst as cst
 
-from detaudit.static.facts import CallFact
-from detaudit.static.project import ModuleSummary
-from detaudit.static.walk import child_nodes
+from detaudit.static.analyses.project import ModuleSummary
+from detaudit.static.engine.facts import CallFact
+from detaudit.static.engine.walk import child_nodes
 
 # Node types are compared with ``type(node) is ...``: libcst's classes are ABCs,
 # and isinstance through abc would dominate the cost of a walk over every statement.

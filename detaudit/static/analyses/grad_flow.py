@@ -42,8 +42,8 @@ from dataclasses import dataclass, field
 import libcst as cst
 
 from detaudit.knowledge.apis import DATA_API_ALIASES
-from detaudit.static.facts import CallFact, FileFacts, Scope
-from detaudit.static.walk import child_nodes, walk
+from detaudit.static.engine.facts import CallFact, FileFacts, Scope
+from detaudit.static.engine.walk import child_nodes, walk
 
 #: Context managers and decorators under which autograd records nothing.
 NO_GRAD_CONTEXTS = frozenset(

@@ -15,10 +15,10 @@ from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterable
 
-from detaudit.static.facts import CallFact, FileFacts
+from detaudit.static.engine.facts import CallFact, FileFacts
 
 if TYPE_CHECKING:
-    from detaudit.static.engine import FileContext
+    from detaudit.static.context import FileContext
 
 #: Top-level modules whose functions are library APIs, never project helpers
 #: (a helper named ``set_seed`` from one of these is matched by its real name).

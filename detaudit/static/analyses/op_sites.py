@@ -33,8 +33,8 @@ from detaudit.knowledge.layers import DerivedLayer, derived_layers
 from detaudit.knowledge.ops import UNKNOWN, CallArguments, OpMatch, OpsTable, load_ops_table
 from detaudit.knowledge.ops.model import Spelling
 from detaudit.knowledge.ops.versions import installed_torch_version
-from detaudit.static.facts import CallFact, FileFacts
-from detaudit.static.walk import child_nodes
+from detaudit.static.engine.facts import CallFact, FileFacts
+from detaudit.static.engine.walk import child_nodes
 
 #: ``if torch.are_deterministic_algorithms_enabled():`` guards deterministic-mode code.
 _DETERMINISM_QUERIES = frozenset(s.read for s in backend_settings()["deterministic-algorithms"].spellings if s.read)

@@ -17,15 +17,15 @@ from typing import TYPE_CHECKING
 
 import libcst as cst
 
-from detaudit.static.facts import CallFact
-from detaudit.static.project import SHUFFLING_LOADER, Effects, OffByDefault, initialises_weights
-from detaudit.static.walk import walk
+from detaudit.static.analyses.project import SHUFFLING_LOADER, Effects, OffByDefault, initialises_weights
+from detaudit.static.engine.facts import CallFact
+from detaudit.static.engine.walk import walk
 
 #: Bases of the classes that make a file a library module: models and datasets.
 LIBRARY_CLASS_BASES = ("torch.nn.", "torch.utils.data.", "lightning.", "pytorch_lightning.")
 
 if TYPE_CHECKING:
-    from detaudit.static.engine import FileContext
+    from detaudit.static.context import FileContext
 
 
 @dataclass(frozen=True)

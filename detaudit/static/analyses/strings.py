@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import libcst as cst
 
-from detaudit.static.facts import FileFacts
+from detaudit.static.engine.facts import FileFacts
 
 #: String methods whose result is a ``str`` / a list of ``str``.
 STRING_METHODS = frozenset(

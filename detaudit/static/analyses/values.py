@@ -36,11 +36,11 @@ from typing import TYPE_CHECKING, Any
 
 import libcst as cst
 
-from detaudit.static.facts import UNKNOWN, CallFact, Scope, StaticValue
-from detaudit.static.names import dotted_name
+from detaudit.static.engine.facts import UNKNOWN, CallFact, Scope, StaticValue
+from detaudit.static.engine.names import dotted_name
 
 if TYPE_CHECKING:
-    from detaudit.static.engine import FileContext
+    from detaudit.static.context import FileContext
 
 #: Decorators that make a class a dataclass (its fields' defaults are its values).
 _DATACLASS_DECORATORS = frozenset({"dataclass", "dataclasses.dataclass", "pydantic.dataclasses.dataclass"})

@@ -1,0 +1,723 @@
+"""What calls do to the global RNGs, across the functions of a file and its project.
+
+Seeding often lives in a helper (``utils.fix_random_seeds(0)``, ``from .misc
+import set_seed``) and the first draw often happens inside a class of another
+module (``from model import GPT; GPT(config)`` builds random layers).  This
+module answers "which global RNGs does this call seed, and which does it draw
+from?" for any call: a known API (the tables below), a function or
+class of the same file, or one of a project-local module.  Project modules are
+parsed (never imported or run) with the engine's own fact collector, summarised
+once per content hash, and every file an answer depends on is named with its
+hash so that a result cache can tell when an edit to ``utils.py`` makes the
+cached result of ``train.py`` stale.
+
+An event (a seed or a draw) under an ``if`` whose test is known to be false by
+default (``if args.seed is not None:`` with ``default=None``) does not happen in
+a default run, so it does not count.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import sys
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+from typing import Iterable, Iterator
+
+import libcst as cst
+
+from detaudit.knowledge.apis import (
+    DATA_API_ALIASES,
+    DATALOADER,
+    DATALOADER_SHUFFLE_PARAMETER,
+    GENERATOR_KEYWORD,
+    NUMPY,
+    PYTHON,
+    RANDOM_SAMPLER,
+    RANDOM_SPLIT,
+    RNG_STATE_RESTORERS,
+    RNGS,
+    SEEDING_FUNCTIONS,
+    TORCH,
+)
+from detaudit.knowledge.layers import derived_layers
+from detaudit.static.engine.facts import CallFact, FactCollector, FileFacts, StaticValue
+from detaudit.static.engine.limits import DEFAULT_FILE_TIME_BUDGET, TooComplex, without_complex_expressions
+from detaudit.static.engine.names import dotted_name
+from detaudit.static.engine.sources import MAX_FILE_BYTES, UnreadableSource, decode_python
+from detaudit.static.engine.trees import parse_module
+from detaudit.static.engine.walk import walk
+
+# --- known APIs: what they do to the global RNGs ----------------------------------
+# (seeding functions and RNG state restorers are shared with the rules, the fixes
+# and the dynamic tracer: detaudit.knowledge.apis)
+
+#: Seeding calls that only seed when given an argument (``random.seed()`` with
+#: no argument reseeds from the OS: that is entropy, not reproducibility).
+SEEDING_NEEDS_ARGUMENT = frozenset({"random.seed", "numpy.random.seed", "torch.manual_seed"})
+
+#: Context managers / decorators that seed when called with ``seed=``.
+SEEDING_WHEN_SEED_GIVEN: dict[str, frozenset[str]] = {
+    "detaudit.deterministic": frozenset(RNGS),
+    "detaudit.runtime.determinism.deterministic": frozenset(RNGS),
+}
+
+#: torch functions that draw from the global torch RNG.
+TORCH_RANDOM_FUNCTIONS = frozenset(
+    f"torch.{name}"
+    for name in (
+        "rand", "rand_like", "randn", "randn_like", "randint", "randint_like",
+        "randperm", "normal", "bernoulli", "multinomial", "poisson", "dropout",
+        "feature_dropout", "alpha_dropout", "rrelu",
+    )
+) | frozenset(
+    f"torch.nn.functional.{name}"
+    for name in (
+        "dropout", "dropout1d", "dropout2d", "dropout3d", "alpha_dropout",
+        "feature_alpha_dropout", "gumbel_softmax", "rrelu",
+    )
+) | frozenset(
+    f"torch.nn.init.{name}"
+    for name in (
+        "uniform_", "normal_", "trunc_normal_", "xavier_uniform_", "xavier_normal_",
+        "kaiming_uniform_", "kaiming_normal_", "orthogonal_", "sparse_",
+    )
+) | frozenset({RANDOM_SPLIT, RANDOM_SAMPLER})
+
+#: What a shuffling DataLoader's draw is called (it draws its order from the torch RNG).
+SHUFFLING_LOADER = "DataLoader(shuffle=True)"
+#: Draws that decide data order: a finding about the unseeded torch RNG names them as its consequence.
+DATA_ORDER_DRAWS = frozenset({SHUFFLING_LOADER, RANDOM_SPLIT, RANDOM_SAMPLER})
+
+#: Tensor methods that draw from the torch RNG (matched by method name in files
+#: that import torch).
+TORCH_RANDOM_METHODS = frozenset(
+    {"normal_", "uniform_", "random_", "bernoulli_", "exponential_", "cauchy_",
+     "log_normal_", "geometric_"}
+)
+
+#: ``torch.nn`` layers whose parameters are randomly initialised on construction,
+#: and random-behaviour layers (dropout).
+TORCH_RANDOM_LAYERS = frozenset(
+    f"torch.nn.{name}"
+    for name in (
+        "Linear", "Bilinear", "LazyLinear",
+        "Conv1d", "Conv2d", "Conv3d", "ConvTranspose1d", "ConvTranspose2d", "ConvTranspose3d",
+        "LazyConv1d", "LazyConv2d", "LazyConv3d",
+        "Embedding", "EmbeddingBag",
+        "RNN", "LSTM", "GRU", "RNNCell", "LSTMCell", "GRUCell",
+        "MultiheadAttention", "Transformer", "TransformerEncoderLayer", "TransformerDecoderLayer",
+        "Dropout", "Dropout1d", "Dropout2d", "Dropout3d", "AlphaDropout", "FeatureAlphaDropout",
+        "RReLU",
+    )
+)
+
+#: Callee prefixes whose calls build randomly initialised models.
+TORCH_RANDOM_MODEL_PREFIXES = ("torchvision.models.", "timm.create_model")
+
+#: Random data augmentation (torchvision transforms draw from the torch RNG).
+TORCH_RANDOM_TRANSFORM_PREFIXES = (
+    "torchvision.transforms.Random",
+    "torchvision.transforms.v2.Random",
+)
+TORCH_RANDOM_TRANSFORMS = frozenset(
+    f"torchvision.transforms.{ns}{name}"
+    for ns in ("", "v2.")
+    for name in ("ColorJitter", "RandAugment", "AutoAugment", "TrivialAugmentWide", "AugMix",
+                 "ElasticTransform", "GaussianBlur")
+)
+
+def initialises_weights(api: str) -> bool:
+    """Whether a draw by ``api`` builds layers or models (their initial weights),
+    rather than drawing data, noise or an order."""
+    if api in TORCH_RANDOM_LAYERS or api.startswith(TORCH_RANDOM_MODEL_PREFIXES) or api.startswith("torch.nn.init."):
+        return True
+    layer = derived_layers().find(api)
+    return layer is not None and "construction" in layer.draws
+
+
+#: numpy.random attributes that do not draw from the legacy global RNG.
+NUMPY_RANDOM_NON_DRAWING = frozenset(
+    {"seed", "get_state", "set_state", "default_rng", "RandomState", "Generator",
+     "SeedSequence", "BitGenerator", "PCG64", "PCG64DXSM", "MT19937", "Philox", "SFC64",
+     "get_bit_generator", "set_bit_generator"}
+)
+
+#: random-module attributes that do not draw from the global Python RNG.
+PYTHON_RANDOM_NON_DRAWING = frozenset(
+    {"seed", "getstate", "setstate", "Random", "SystemRandom"}
+)
+
+#: A model builder given one of these loads weights instead of drawing random ones
+#: (``resnet50(weights="DEFAULT")``, ``timm.create_model(name, pretrained=True)``).
+PRETRAINED_WEIGHTS_KEYWORDS = ("weights", "pretrained")
+
+#: Names under TORCH_RANDOM_MODEL_PREFIXES that build no model.
+TORCH_MODEL_NON_BUILDERS = frozenset({"list_models", "get_model_weights", "get_weight", "get_model_builder"})
+
+# ------------------------------------------------------------------------------------
+
+#: Nested helpers deeper than this are not followed (re-export chains, call chains).
+MAX_DEPTH = 12
+#: Parsed project modules kept per process (least recently used are dropped).
+MAX_CACHED_MODULES = 128
+
+
+def content_hash(data: bytes) -> str:
+    """The digest the result cache validates dependencies with."""
+    return hashlib.blake2b(data, digest_size=16).hexdigest()
+
+
+@dataclass(frozen=True)
+class Effects:
+    """What running a call does to the global RNGs (in a default run)."""
+
+    seeds: frozenset[str] = frozenset()
+    #: RNG -> the API that draws from it (``"torch.nn.Linear"``), first one found
+    draws: tuple[tuple[str, str], ...] = ()
+    #: project files this answer was read from: (path, content hash)
+    files: frozenset[tuple[str, str]] = frozenset()
+
+    def draw_of(self, rng: str) -> str | None:
+        return next((api for r, api in self.draws if r == rng), None)
+
+    def __or__(self, other: "Effects") -> "Effects":
+        draws = self.draws + tuple(d for d in other.draws if self.draw_of(d[0]) is None)
+        return Effects(self.seeds | other.seeds, draws, self.files | other.files)
+
+
+NOTHING = Effects()
+
+
+def _draw(rng: str, api: str) -> Effects:
+    return Effects(draws=((rng, api),))
+
+
+def combine(effects: Iterable[Effects]) -> Effects:
+    total = NOTHING
+    for effect in effects:
+        total = total | effect
+    return total
+
+
+# --- one call to a known API ----------------------------------------------------
+
+
+def api_effects(call: CallFact, facts: FileFacts, imports_torch: bool) -> Effects | None:
+    """Effects of ``call`` when its callee is a known API, else None."""
+    qualname = call.qualname
+    if qualname is not None:
+        seeded = SEEDING_FUNCTIONS.get(qualname) or RNG_STATE_RESTORERS.get(qualname)
+        if seeded is not None:
+            return Effects(seeds=seeded) if _seed_is_given(call, qualname, facts) else NOTHING
+        seeded = SEEDING_WHEN_SEED_GIVEN.get(qualname)
+        if seeded is not None:
+            seed = call.value_node("seed")
+            return Effects(seeds=seeded) if seed is not None and not _is_literal_none(seed, facts) else NOTHING
+        drawn = _known_draw(call, qualname, facts)
+        if drawn is not None:
+            return drawn
+    if imports_torch and call.method in TORCH_RANDOM_METHODS and not _uses_own_generator(call, facts):
+        if qualname is None or qualname.startswith("torch."):
+            return _draw(TORCH, f".{call.method}()")
+    return None
+
+
+def _seed_is_given(call: CallFact, qualname: str, facts: FileFacts) -> bool:
+    """``random.seed()`` without a value (or with ``None``) seeds from the OS."""
+    if qualname not in SEEDING_NEEDS_ARGUMENT:
+        return True
+    return bool(call.node.args) and not _is_literal_none(call.node.args[0].value, facts)
+
+
+def _is_literal_none(node: cst.BaseExpression, facts: FileFacts) -> bool:
+    """None written in the code; a flag's ``None`` default is usually guarded by
+    ``if args.seed is not None`` (conditional-seed's business)."""
+    value = facts.evaluate(node)
+    return value.is_(None) and value.flag is None
+
+
+def _uses_own_generator(call: CallFact, facts: FileFacts) -> bool:
+    generator = call.value_node(GENERATOR_KEYWORD)
+    return generator is not None and not facts.evaluate(generator).is_(None)
+
+
+def _known_draw(call: CallFact, qualname: str, facts: FileFacts) -> Effects | None:
+    head, _, attribute = qualname.rpartition(".")
+    if head == "numpy.random" and attribute not in NUMPY_RANDOM_NON_DRAWING and not attribute.startswith("_"):
+        return _draw(NUMPY, qualname)
+    if head == "random" and attribute not in PYTHON_RANDOM_NON_DRAWING and not attribute.startswith("_"):
+        return _draw(PYTHON, qualname)
+    layer = derived_layers().find(qualname)
+    if layer is not None:  # a third-party layer: its derived table says whether it draws
+        return _draw(TORCH, qualname) if layer.draws else NOTHING
+    if not qualname.startswith(("torch", "timm")):
+        return None
+    if _uses_own_generator(call, facts):
+        return NOTHING
+    if qualname in TORCH_RANDOM_FUNCTIONS or qualname in TORCH_RANDOM_LAYERS or qualname in TORCH_RANDOM_TRANSFORMS:
+        return _draw(TORCH, qualname)
+    if qualname.startswith(TORCH_RANDOM_TRANSFORM_PREFIXES):
+        return _draw(TORCH, qualname)
+    if DATA_API_ALIASES.get(qualname, qualname) == DATALOADER:
+        shuffle = facts.evaluate(call.value_node(*DATALOADER_SHUFFLE_PARAMETER))
+        return _draw(TORCH, SHUFFLING_LOADER) if shuffle.truthy else NOTHING
+    if qualname.startswith(TORCH_RANDOM_MODEL_PREFIXES) and _builds_random_model(call, qualname, facts):
+        return _draw(TORCH, qualname)
+    return None
+
+
+def _builds_random_model(call: CallFact, qualname: str, facts: FileFacts) -> bool:
+    parts = qualname.split(".")
+    if parts[-1] in TORCH_MODEL_NON_BUILDERS or any("Weights" in part for part in parts):
+        return False
+    for keyword in PRETRAINED_WEIGHTS_KEYWORDS:
+        value = call.value_node(keyword)
+        # an unknown value may well load weights: only a known "no weights" draws
+        if value is not None and not facts.evaluate(value).falsy:
+            return False
+    return True
+
+
+#: Where a training script builds its optimiser: ``torch.optim.<Class>(...)``.
+TORCH_OPTIMIZER_NAMESPACE = "torch.optim"
+
+
+def trains_here(call: CallFact, imports_torch: bool) -> bool:
+    """The call builds a torch optimiser or runs ``.backward()``: training happens here."""
+    namespace, _, name = (call.qualname or "").rpartition(".")
+    if namespace == TORCH_OPTIMIZER_NAMESPACE and name[:1].isupper():
+        return True
+    return call.method == "backward" and imports_torch
+
+
+# --- a whole module ---------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class OffByDefault:
+    """An ``if`` whose branch holding a call does not run by default."""
+
+    node: cst.If
+    value: StaticValue
+
+
+class ModuleSummary:
+    """The RNG effects of the functions and classes of one parsed module."""
+
+    def __init__(self, facts: FileFacts, path: Path, digest: str | None, index: "ProjectIndex | None") -> None:
+        self.facts = facts
+        self.path = path
+        #: (path, hash) of this file when it is a project module (None: the checked file)
+        self.own_file = frozenset({(str(path), digest)}) if digest is not None else frozenset()
+        self.index = index
+        self.imports_torch = facts.imports_module("torch")
+        self.calls_by_function: dict[str | None, list[CallFact]] = {}
+        for call in facts.calls:
+            self.calls_by_function.setdefault(call.scope.function, []).append(call)
+        self._memo: dict[str, Effects] = {}
+        self._in_progress: set[str] = set()
+        self._orelse_calls: dict[int, frozenset[int]] = {}
+
+    # -- conditions ---------------------------------------------------------------
+
+    def off_by_default(self, call: CallFact) -> OffByDefault | None:
+        """The ``if`` that keeps ``call`` from running by default, if any."""
+        for condition in call.scope.conditions:
+            if not isinstance(condition, cst.If):
+                continue
+            value = self.facts.evaluate(condition.test)
+            if not value.known:
+                continue
+            in_else = id(call.node) in self._calls_in_else(condition)
+            if bool(value.value) == in_else:
+                return OffByDefault(condition, value)
+        return None
+
+    def _calls_in_else(self, node: cst.If) -> frozenset[int]:
+        found = self._orelse_calls.get(id(node))
+        if found is None:
+            collector = _CallIds()
+            if node.orelse is not None:
+                walk(node.orelse, [collector])
+            found = self._orelse_calls[id(node)] = frozenset(collector.ids)
+        return found
+
+    # -- calls --------------------------------------------------------------------
+
+    def call_effects(self, call: CallFact, depth: int = 0) -> Effects:
+        """What ``call`` does to the RNGs: a known API, a local function or class, a project helper."""
+        known = api_effects(call, self.facts, self.imports_torch)
+        if known is not None:
+            return known
+        local = self.local_target(call)
+        if local is not None:
+            kind, name = local
+            effects_of = {"function": self.function_effects, "class": self.class_effects, "bases": self.bases_effects}
+            return effects_of[kind](name, depth + 1)
+        if call.qualname is not None and self.index is not None:
+            return self.index.effects(call.qualname, self.path, depth + 1) or NOTHING
+        return self._instance_method_effects(call, depth)
+
+    def _instance_method_effects(self, call: CallFact, depth: int) -> Effects:
+        """``buffer.push_and_pop(x)`` where ``buffer = ReplayBuffer()`` (assigned
+        once): the method of that class, in this file or a project module."""
+        func = call.node.func
+        if call.qualname is not None or type(func) is not cst.Attribute or type(func.value) is not cst.Name:
+            return NOTHING
+        assigned = self.facts.simple_assignments.get(func.value.value)
+        if not assigned or len(assigned) != 1 or type(assigned[0]) is not cst.Call:
+            return NOTHING
+        class_name = dotted_name(assigned[0].func)
+        method = f"{class_name}.{func.attr.value}"
+        if class_name in self.facts.classes and not self.facts.names.is_bound(class_name.partition(".")[0]):
+            return self.function_effects(method, depth + 1) if method in self.facts.functions else NOTHING
+        if self.index is None:
+            return NOTHING
+        qualname = self.facts.names.resolve(assigned[0].func)
+        if qualname is None and class_name is not None:
+            qualname = self.index.star_imported(class_name, self.facts.names.star_modules, self.path)
+        if qualname is None:
+            return NOTHING
+        return self.index.effects(f"{qualname}.{func.attr.value}", self.path, depth + 1) or NOTHING
+
+    def is_known_api(self, call: CallFact) -> bool:
+        return api_effects(call, self.facts, self.imports_torch) is not None
+
+    def local_target(self, call: CallFact) -> tuple[str, str] | None:
+        """("function" | "class" | "bases", qualified name) for calls to this module's own code."""
+        func = call.node.func
+        caller = call.scope.function
+        if isinstance(func, cst.Attribute) and caller is not None:
+            owner = caller.rpartition(".")[0]
+            if isinstance(func.value, cst.Name) and func.value.value == "self" and f"{owner}.{func.attr.value}" in self.facts.functions:
+                return "function", f"{owner}.{func.attr.value}"
+            if _is_super_call(func.value) and func.attr.value == "__init__" and owner in self.facts.classes:
+                return "bases", owner
+        name = dotted_name(func)
+        if name is None or self.facts.names.is_bound(name.partition(".")[0]):
+            return None
+        if caller is not None and f"{caller}.{name}" in self.calls_by_function:
+            return "function", f"{caller}.{name}"  # a nested helper
+        if name in self.facts.functions:
+            return "function", name
+        if name in self.facts.classes:
+            return "class", name
+        return None
+
+    def calls_of(self, function: str | None) -> list[CallFact]:
+        return self.calls_by_function.get(function, [])
+
+    # -- functions and classes -------------------------------------------------------
+
+    def function_effects(self, name: str, depth: int = 0) -> Effects:
+        return self._memoized(f"def {name}", depth, lambda: self._body_effects(name, depth))
+
+    def class_effects(self, name: str, depth: int = 0) -> Effects:
+        """Instantiating class ``name`` runs its ``__init__`` (or its bases')."""
+        init = f"{name}.__init__"
+        if init in self.facts.functions:
+            return self.function_effects(init, depth)
+        return self.bases_effects(name, depth)
+
+    def bases_effects(self, name: str, depth: int = 0) -> Effects:
+        return self._memoized(f"bases {name}", depth, lambda: self._construct_bases(name, depth))
+
+    def _memoized(self, key: str, depth: int, compute) -> Effects:
+        known = self._memo.get(key)
+        if known is not None:
+            return known
+        if key in self._in_progress or depth > MAX_DEPTH:
+            return self.own_file_effects  # recursion: the outer computation has the rest
+        self._in_progress.add(key)
+        try:
+            result = self._memo[key] = compute() | self.own_file_effects
+        finally:
+            self._in_progress.discard(key)
+        return result
+
+    def forget(self) -> None:
+        """Drop memoised effects (another module they were read from changed)."""
+        self._memo.clear()
+
+    @property
+    def own_file_effects(self) -> Effects:
+        return Effects(files=self.own_file)
+
+    def _body_effects(self, function: str, depth: int) -> Effects:
+        return combine(
+            self.as_run(call, self.call_effects(call, depth))
+            for call in self.calls_of(function)
+            if self.off_by_default(call) is None
+        )
+
+    @staticmethod
+    def as_run(call: CallFact, effects: Effects) -> Effects:
+        """A call inside a ``lambda`` may never run: its seeds still count (precision:
+        never demand a seed that may be there), its draws do not."""
+        if call.scope.in_lambda and effects.draws:
+            return Effects(seeds=effects.seeds, files=effects.files)
+        return effects
+
+    def _construct_bases(self, name: str, depth: int) -> Effects:
+        effects = NOTHING
+        for base in self.facts.classes[name].bases:
+            base_name = dotted_name(base.value)
+            if base_name is None:
+                continue
+            if base_name in self.facts.classes and not self.facts.names.is_bound(base_name.partition(".")[0]):
+                effects |= self.class_effects(base_name, depth + 1)
+                continue
+            qualname = self.facts.names.resolve(base.value)
+            if qualname in TORCH_RANDOM_LAYERS:
+                effects |= _draw(TORCH, qualname)
+            elif qualname is not None and self.index is not None:
+                effects |= self.index.effects(qualname, self.path, depth + 1) or NOTHING
+        return effects
+
+    def code_trains(self, function: str) -> bool:
+        """The body of ``function`` (``"Trainer.run"``) builds an optimiser or calls backward()."""
+        return any(trains_here(call, self.imports_torch) for call in self.calls_of(function))
+
+    def export_trains(self, attribute: str, depth: int) -> tuple[bool, frozenset[tuple[str, str]]]:
+        """Whether ``module.<attribute>`` trains, and the project files that says so."""
+        if attribute in self.facts.classes:  # building it runs its __init__
+            return self.code_trains(f"{attribute}.__init__"), self.own_file
+        if attribute in self.facts.functions:
+            return self.code_trains(attribute), self.own_file
+        first, _, rest = attribute.partition(".")
+        bound = self.facts.names.bindings().get(first)
+        if bound is not None and self.index is not None:
+            trains, files = self.index.trains(f"{bound}.{rest}" if rest else bound, self.path, depth + 1)
+            return trains, files | self.own_file
+        return False, self.own_file
+
+    def export_effects(self, attribute: str, depth: int) -> Effects | None:
+        """Effects of calling ``module.<attribute>`` from another module."""
+        if attribute in self.facts.functions:
+            return self.function_effects(attribute, depth)
+        if attribute in self.facts.classes:
+            return self.class_effects(attribute, depth)
+        first, _, rest = attribute.partition(".")
+        bound = self.facts.names.bindings().get(first)
+        if bound is not None and self.index is not None:  # re-exported: ``from .seeding import set_seed``
+            target = f"{bound}.{rest}" if rest else bound
+            known = SEEDING_FUNCTIONS.get(target)
+            if known is not None:
+                return Effects(seeds=known, files=self.own_file)
+            found = self.index.effects(target, self.path, depth + 1)
+            return (found or NOTHING) | self.own_file_effects
+        return self.own_file_effects
+
+
+def _is_super_call(node: cst.BaseExpression) -> bool:
+    return isinstance(node, cst.Call) and isinstance(node.func, cst.Name) and node.func.value == "super"
+
+
+class _CallIds(cst.CSTVisitor):
+    def __init__(self) -> None:
+        super().__init__()
+        self.ids: set[int] = set()
+
+    def visit_Call(self, node: cst.Call) -> None:
+        self.ids.add(id(node))
+
+
+# --- the project ------------------------------------------------------------------
+
+
+@dataclass
+class _CachedModule:
+    digest: str
+    summary: ModuleSummary | None  # None: not parseable
+
+
+@dataclass
+class ProjectIndex:
+    """Project-local modules under ``root``, parsed on demand and cached per content hash."""
+
+    root: Path
+    _modules: OrderedDict[Path, _CachedModule] = field(default_factory=OrderedDict)
+    _locations: dict[tuple[Path, tuple[str, ...]], Path | None] = field(default_factory=dict)
+    #: path -> ((mtime_ns, size), digest): re-hash a file only when it changed on disk
+    _digests: dict[Path, tuple[tuple[int, int], str]] = field(default_factory=dict)
+    _folders: list[Path] | None = None  # the root's folders that are not packages (source roots)
+
+    def effects(self, qualname: str, importer: Path, depth: int = 0) -> Effects | None:
+        """Effects of calling ``qualname`` (as resolved in ``importer``), when it names
+        a function or class of a project module; None when it is not project code."""
+        if depth > MAX_DEPTH:
+            return None
+        dots = len(qualname) - len(qualname.lstrip("."))
+        parts = tuple(qualname[dots:].split("."))
+        if not dots and parts[0] in sys.stdlib_module_names:
+            return None
+        for path, attribute in self._candidates(parts, dots, importer):
+            summary = self.summary(path)
+            if summary is None:
+                digest = self._digest(path)
+                return Effects(files=frozenset({(str(path), digest)})) if digest else None
+            return summary.export_effects(attribute, depth)
+        return None
+
+    def star_imported(self, name: str, modules: list[str], importer: Path) -> str | None:
+        """``module.name`` for the first star-imported project module (``from utils
+        import *``) that defines ``name`` as a class or function."""
+        for module in modules:
+            dots = len(module) - len(module.lstrip("."))
+            parts = tuple(part for part in module[dots:].split(".") if part)
+            for path, attribute in self._candidates((*parts, name), dots, importer):
+                summary = self.summary(path)
+                if summary is not None and attribute == name and (name in summary.facts.classes or name in summary.facts.functions):
+                    return f"{module}.{name}" if module[dots:] else f"{module}{name}"
+        return None
+
+    def trains(self, qualname: str, importer: Path, depth: int = 0) -> tuple[bool, frozenset[tuple[str, str]]]:
+        """Whether calling ``qualname`` (a project function, or building a project
+        class) runs training, and the project files read to say so."""
+        if depth > MAX_DEPTH:
+            return False, frozenset()
+        dots = len(qualname) - len(qualname.lstrip("."))
+        parts = tuple(qualname[dots:].split("."))
+        if not dots and parts[0] in sys.stdlib_module_names:
+            return False, frozenset()
+        for path, attribute in self._candidates(parts, dots, importer):
+            summary = self.summary(path)
+            if summary is None:
+                return False, frozenset()
+            return summary.export_trains(attribute, depth)
+        return False, frozenset()
+
+    def module_of(self, qualname: str, importer: Path) -> tuple[Path, str] | None:
+        """(project module file, attribute path in it) that ``qualname`` (as resolved in
+        ``importer``) names, or None when it is not project code.  A module not found
+        next to the importer or at the root is looked for in the root's folders (a
+        script that puts ``lib/`` on ``sys.path``), when exactly one of them holds it."""
+        dots = len(qualname) - len(qualname.lstrip("."))
+        parts = tuple(qualname[dots:].split("."))
+        if not dots and parts[0] in sys.stdlib_module_names:
+            return None
+        found = next(self._candidates(parts, dots, importer), None)
+        if found is not None or dots:
+            return found
+        in_folders = {
+            candidate
+            for folder in self._source_folders()
+            for candidate in self._candidates_under(folder, parts)
+        }
+        return in_folders.pop() if len(in_folders) == 1 else None
+
+    def _source_folders(self) -> list[Path]:
+        if self._folders is None:
+            try:
+                self._folders = sorted(
+                    entry for entry in self.root.iterdir()
+                    if entry.is_dir() and not entry.name.startswith((".", "_")) and not (entry / "__init__.py").exists()
+                )
+            except OSError:
+                self._folders = []
+        return self._folders
+
+    def _candidates_under(self, base: Path, parts: tuple[str, ...]) -> Iterator[tuple[Path, str]]:
+        for split in range(len(parts) - 1, 0, -1):
+            path = self._module_file(base, parts[:split])
+            if path is not None:
+                yield path, ".".join(parts[split:])
+                return
+
+    def _candidates(self, parts: tuple[str, ...], dots: int, importer: Path) -> Iterator[tuple[Path, str]]:
+        """(module file, attribute path) for each way to split ``parts``; longest module first."""
+        if dots:
+            base = importer.parent
+            for _ in range(dots - 1):
+                base = base.parent
+            bases = [base]
+            shortest = 0  # ``from . import set_seed``: the package's __init__.py
+        else:
+            bases = list(dict.fromkeys([importer.parent, self.root, self.root / "src"]))
+            shortest = 1
+        for split in range(len(parts) - 1, shortest - 1, -1):
+            for base in bases:
+                path = self._module_file(base, parts[:split])
+                if path is not None and path != importer:
+                    yield path, ".".join(parts[split:])
+                    return
+
+    def _module_file(self, base: Path, module: tuple[str, ...]) -> Path | None:
+        key = (base, module)
+        if key not in self._locations:
+            stem = base.joinpath(*module)
+            found = None
+            for candidate in (stem.with_name(stem.name + ".py") if module else None, stem / "__init__.py"):
+                if candidate is not None and os.path.isfile(candidate):
+                    found = candidate
+                    break
+            self._locations[key] = found
+        return self._locations[key]
+
+    def summary(self, path: Path) -> ModuleSummary | None:
+        digest = self._digest(path)
+        cached = self._modules.get(path)
+        if cached is None or cached.digest != digest:
+            cached = self._modules[path] = _CachedModule(digest or "", self._parse(path, digest))
+            while len(self._modules) > MAX_CACHED_MODULES:  # parsed trees are large
+                self._modules.popitem(last=False)
+        self._modules.move_to_end(path)
+        return cached.summary
+
+    def refresh(self) -> None:
+        """Forget what was learnt from modules that changed on disk since (one stat
+        per cached module; called once per checked file)."""
+        changed = [path for path, cached in self._modules.items() if self._digest(path) != cached.digest]
+        if changed:
+            for path in changed:
+                del self._modules[path]
+            for cached in self._modules.values():
+                if cached.summary is not None:
+                    cached.summary.forget()
+
+    def _parse(self, path: Path, digest: str | None) -> ModuleSummary | None:
+        if digest is None:
+            return None
+        try:
+            data = path.read_bytes()
+            if len(data) > MAX_FILE_BYTES:
+                return None
+            # an expression too costly for libcst is left out here too (its file reports it)
+            text, _ = without_complex_expressions(decode_python(data), DEFAULT_FILE_TIME_BUDGET)
+            module = parse_module(text)
+            facts = FileFacts()
+            walk(module, [FactCollector(facts, module)])
+        except (OSError, UnreadableSource, cst.ParserSyntaxError, RecursionError, ValueError, TooComplex):
+            return None
+        return ModuleSummary(facts, path, digest, self)
+
+    def digest(self, path: Path) -> str | None:
+        """The content hash of a project file (None when unreadable), for a result's dependencies."""
+        return self._digest(path)
+
+    def _digest(self, path: Path) -> str | None:
+        try:
+            stat = path.stat()
+            key = (stat.st_mtime_ns, stat.st_size)
+            cached = self._digests.get(path)
+            if cached is not None and cached[0] == key:
+                return cached[1]
+            digest = content_hash(path.read_bytes())
+        except OSError:
+            return None
+        self._digests[path] = (key, digest)
+        return digest
+
+
+@lru_cache(maxsize=None)
+def _index_for(root: Path) -> ProjectIndex:
+    return ProjectIndex(root)
+
+
+def project_index(root: Path) -> ProjectIndex:
+    """The project index of ``root``, shared by every check in this process."""
+    return _index_for(Path(root).resolve())
