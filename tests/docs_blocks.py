@@ -5,9 +5,10 @@ line right before its opening fence::
 
     <!-- docs-test: OPTION; OPTION: VALUE -->
 
-Options of a ```console block (tests/test_docs_examples.py says what each does):
-``slow``, ``stderr``, ``setup: COMMAND``, ``numbers vary: REASON``, ``skip: REASON``.
-Option of a ```python block: ``file: PATH``, the block is that file's text.
+Options are separated by ``;`` (so a value holds none).  Options of a ```console
+block (tests/test_docs_examples.py says what each does): ``slow``, ``stderr``,
+``setup: COMMAND``, ``numbers vary: REASON``, ``skip: REASON``.  Option of a
+```python block: ``file: PATH``, the block is that file's text.
 """
 
 from __future__ import annotations
