@@ -77,7 +77,7 @@ def rules_index(rules) -> str:
 
 
 def cause_kinds_table() -> str:
-    from detaudit.dynamic.causes import CAUSE_KINDS  # the one place the docs name the registry's module
+    from detaudit.dynamic.compare.causes import CAUSE_KINDS  # the one place the docs name the registry's module
 
     rows = [
         "| Code | Kind | Severity | What it means | How to fix | `--remedy` tries |",
