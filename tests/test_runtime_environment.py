@@ -122,3 +122,18 @@ def test_device_names_once_cuda_is_initialised():
     devices = fingerprint()["torch.cuda.devices"]
     assert len(devices) == torch.cuda.device_count()
     assert torch.cuda.get_device_name(0) in devices[0]
+
+
+def test_fingerprint_records_the_cpu_capability_torch_dispatches_to():
+    capped = _run_fingerprint_of("ATEN_CPU_CAPABILITY", "default")
+    assert capped["torch.backends.cpu.get_cpu_capability"] == "DEFAULT"
+    assert fingerprint()["torch.backends.cpu.get_cpu_capability"] == torch.backends.cpu.get_cpu_capability()
+
+
+def _run_fingerprint_of(variable: str, value: str) -> dict:
+    """The fingerprint of a fresh process started with ``variable=value``."""
+    code = "import json; from detaudit.runtime.environment import fingerprint; print(json.dumps(fingerprint()))"
+    env = {**os.environ, variable: value}
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120, cwd=REPO)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout.splitlines()[-1])

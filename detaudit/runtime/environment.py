@@ -195,6 +195,9 @@ def _torch_readings(torch: Any, *, initialize_cuda: bool) -> dict[str, Any]:
     readings += [
         ("torch.get_num_threads", torch.get_num_threads),
         ("torch.get_num_interop_threads", torch.get_num_interop_threads),
+        # the vector instructions the CPU kernels dispatch to (ATEN_CPU_CAPABILITY caps it):
+        # vectorized kernels, torch.randn's included, give other bits under another
+        ("torch.backends.cpu.get_cpu_capability", lambda: torch.backends.cpu.get_cpu_capability()),
     ]
     result = {}
     for key, getter in readings:
