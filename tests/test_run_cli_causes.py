@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
+import torch
 
 from detaudit.cli import main
 
@@ -35,6 +36,22 @@ def test_root_cause_kind_op_and_line(capsys, fixture, extra, kind, op, line, mod
     # the RNG cause names where the generator state was changed; control flow, what the other run did
     assert {key: cause.get("other_side", {}).get(key) for key in details} == details
     assert report["tensors"], "a root cause must show in the final state too"
+
+
+@pytest.mark.skipif(
+    torch.backends.cpu.get_cpu_capability() == "DEFAULT", reason="this CPU has no vector instructions beyond the default"
+)
+def test_a_kernel_that_rounds_per_instruction_set_is_a_cpu_capability_cause(capsys):
+    fixture = "cpu_capability_randn.py"
+    code = main(["run", str(FIXTURES / fixture), "--vary", "cpu-capability", "--repeats", "3", "--format", "json"])
+    report = json.loads(capsys.readouterr().out)
+    assert code == 1 and report["verdict"] == "nondeterministic"
+    [cause] = report["root_causes"]  # the vectorized normal sampler, where the weights are drawn
+    assert (cause["kind"], cause["code"], cause["op"], cause["line"]) == ("cpu-capability", "DYN011", "aten.randn.default", 7)
+    assert report["variation"] == {"vary": "cpu-capability", "settings": [None, None, "default"], "in_effect": [None, None, "default"]}
+    capabilities = report["environment_differences"]["torch.backends.cpu.get_cpu_capability"]
+    assert capabilities[0] == capabilities[1] != "DEFAULT" and capabilities[2] == "DEFAULT"
+    assert report["tensors"]
 
 
 def test_thread_sum_is_deterministic_when_threads_are_not_varied(capsys):

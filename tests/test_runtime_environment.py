@@ -127,6 +127,7 @@ def test_device_names_once_cuda_is_initialised():
 def test_fingerprint_records_the_cpu_capability_torch_dispatches_to():
     capped = _run_fingerprint_of("ATEN_CPU_CAPABILITY", "default")
     assert capped["torch.backends.cpu.get_cpu_capability"] == "DEFAULT"
+    assert capped["env.ATEN_CPU_CAPABILITY"] == "default"  # a child setting's variable is recorded, set or not
     assert fingerprint()["torch.backends.cpu.get_cpu_capability"] == torch.backends.cpu.get_cpu_capability()
 
 

@@ -24,7 +24,7 @@ import importlib
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from detaudit.dynamic.compare.causes import BATCH_VARIANT_OP, HASH_ORDER, THREAD_COUNT, CauseKind
+from detaudit.dynamic.compare.causes import BATCH_VARIANT_OP, CPU_CAPABILITY, HASH_ORDER, THREAD_COUNT, CauseKind
 from detaudit.launch.child_settings import child_setting
 
 
@@ -64,6 +64,12 @@ VARIATIONS: dict[str, Variation] = {
     for variation in (
         Variation("threads", "intra-op threads", THREAD_COUNT, setting="threads", control=1, varied=lambda k: 2 * k),
         Variation("hashseed", "PYTHONHASHSEED", HASH_ORDER, setting="hash-seed", control="0", varied=str),
+        # the machine's best (the variable unset) against the vector-free kernels: the closest a CPU
+        # comes to running the same code on another machine
+        Variation(
+            "cpu-capability", "the CPU's vector instructions (ATEN_CPU_CAPABILITY=default against the machine's best)",
+            CPU_CAPABILITY, setting="cpu-capability", control=None, varied=lambda k: "default",
+        ),
         Variation(
             "batch",
             "the batch a sample is in (calls the script's detaudit_batch_entry on detaudit_batch_samples)",

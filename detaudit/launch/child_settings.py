@@ -1,7 +1,8 @@
 """The settings detaudit can make in a child before the script runs, as one table.
 
 A child setting is what code pasted at the top of the script would change:
-torch's thread count, PYTHONHASHSEED, deterministic algorithms, the settings of the backend settings table
+torch's thread count, PYTHONHASHSEED, the CPU capability torch dispatches
+to, deterministic algorithms, the settings of the backend settings table
 (``knowledge/backend_settings.json``), seeds for the generators a script
 makes without one.  Each entry says, once, how it is made:
 
@@ -135,6 +136,13 @@ def _paste_restart(variable: str, why: str) -> Callable[[Any, PasteContext], Pas
     return paste
 
 
+def _paste_cpu_capability(value: str | None, context: PasteContext) -> Pasted:
+    if value is None:
+        return Pasted(("import os",), ("os.environ.pop('ATEN_CPU_CAPABILITY', None)",))
+    # torch reads it at its first vectorized op, not at import
+    return Pasted(("import os",), (f"os.environ['ATEN_CPU_CAPABILITY'] = {value!r}  # before torch's first op",))
+
+
 def _paste_threads(value: int, context: PasteContext) -> Pasted:
     return Pasted(("import torch",), (f"torch.set_num_threads({value})",))
 
@@ -183,6 +191,10 @@ CHILD_SETTINGS: dict[str, ChildSetting] = {
             "hash-seed", "PYTHONHASHSEED", environment="PYTHONHASHSEED",
             paste=_paste_restart("PYTHONHASHSEED", "hash() and set order are fixed when Python starts"),
             fingerprint_key="env.PYTHONHASHSEED",
+        ),
+        ChildSetting(
+            "cpu-capability", "ATEN_CPU_CAPABILITY: the vector instructions torch's CPU kernels use",
+            environment="ATEN_CPU_CAPABILITY", paste=_paste_cpu_capability, fingerprint_key="env.ATEN_CPU_CAPABILITY",
         ),
         ChildSetting("deterministic", "detaudit.enable_determinism()", apply=_enable_determinism),
         ChildSetting(

@@ -154,6 +154,18 @@ PYTHON_VALUE = _register(
     )
 )
 
+CPU_CAPABILITY = _register(
+    CauseKind(
+        "DYN011",
+        "cpu-capability",
+        "The result changes with the vector instructions torch's CPU kernels use (ATEN_CPU_CAPABILITY): "
+        "the same seeded script gives other bits on a CPU with other instructions.",
+        "Pin ATEN_CPU_CAPABILITY (e.g. default) wherever results must match across machines, "
+        "or accept the difference: the ops named here round differently per instruction set.",
+        Severity.WARNING,
+    )
+)
+
 # batch invariance (detaudit.dynamic.batch.audit): a sample's result depends on what it is batched with
 BATCH_VARIANT_OP = _register(
     CauseKind(

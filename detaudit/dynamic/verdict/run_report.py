@@ -168,7 +168,7 @@ class RunReport:
         if not self.variation:
             return ""
         values = self.variation.get("in_effect") or self.variation["settings"]
-        return f" with {self.variation['vary']} " + ", ".join(map(str, values))
+        return f" with {self.variation['vary']} " + ", ".join(map(_shown, values))
 
     def verdict_line(self) -> str:
         on_ranks = f" on {self.ranks} ranks" if self.ranks else ""
