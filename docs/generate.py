@@ -9,7 +9,9 @@ Generated, never edited by hand:
   (what ``detaudit rules NAME`` prints);
 - ``docs/rules/README.md``: the rules table, each code linking to its page;
 - the cause-kind table in ``docs/dynamic.md``, between ``<!-- cause-kinds:start -->``
-  and ``<!-- cause-kinds:end -->``, from the dynamic pass's cause registry.
+  and ``<!-- cause-kinds:end -->``, from the dynamic pass's cause registry;
+- the remedies table in ``docs/remedy.md``, between ``<!-- remedies:start -->`` and
+  ``<!-- remedies:end -->``, from ``--remedy``'s catalogue.
 
 ``tests/test_docs.py`` fails when a committed file differs from what this writes.
 The rules are read through their public attributes only, so the script does not
@@ -27,8 +29,16 @@ DOCS = Path(__file__).resolve().parent
 REPO = DOCS.parent
 RULES_DIR = DOCS / "rules"
 DYNAMIC_PAGE = DOCS / "dynamic.md"
+REMEDY_PAGE = DOCS / "remedy.md"
 COMMAND = "python docs/generate.py"
-CAUSE_BLOCK = re.compile(r"(<!-- cause-kinds:start -->\n)(.*?)(<!-- cause-kinds:end -->)", re.S)
+
+
+def _block(name: str) -> re.Pattern:
+    return re.compile(rf"(<!-- {name}:start -->\n)(.*?)(<!-- {name}:end -->)", re.S)
+
+
+#: page -> (its generated block, the function writing the block)
+BLOCKS = {}  # filled below the functions
 
 
 def _generated_note(source: str) -> str:
@@ -91,16 +101,46 @@ def cause_kinds_table() -> str:
     return _generated_note("the cause registry") + "\n".join(rows) + "\n"
 
 
+def remedies_table() -> str:
+    from detaudit.dynamic.remedy.catalogue import FULL_DETERMINISM, FULL_DETERMINISM_TITLE, REMEDIES
+
+    def made(settings) -> str:
+        return ", ".join(f"`{name}`" if value is True else f"`{name}` = {_value(value)}" for name, value in settings.items())
+
+    rows = ["| name | title | child settings it makes |", "|---|---|---|"]
+    for remedy in REMEDIES.values():
+        settings = made(remedy.settings)
+        if remedy.backend:
+            backend = ", ".join(f"`{setting_id}`" for setting_id in remedy.backend)
+            settings = ", ".join(filter(None, [settings, f"`backend`: {backend} at their safe values where they matter"]))
+        rows.append(f"| `{remedy.name}` | {_cell(remedy.title.format(threads='N'))} | {settings} |")
+    rows.append(f"| (timed only) | {_cell(FULL_DETERMINISM_TITLE)} | {made(FULL_DETERMINISM)} |")
+    return _generated_note("the remedy catalogue") + "\n".join(rows) + "\n"
+
+
+def _value(value) -> str:
+    """A setting's value in a table: a function of the machine is named by what it gives."""
+    return "the machine's default thread count" if callable(value) else f"`{value!r}`"
+
+
+BLOCKS.update({
+    DYNAMIC_PAGE: ("cause-kinds", cause_kinds_table),
+    REMEDY_PAGE: ("remedies", remedies_table),
+})
+
+
 def generated_files() -> dict[Path, str]:
     """Every generated file, and the text it must have."""
     rules = _rules()
     files = {RULES_DIR / rule_page_name(rule): rule_page(rule) for rule in rules}
     files[RULES_DIR / "README.md"] = rules_index(rules)
-    page = DYNAMIC_PAGE.read_text(encoding="utf-8")
-    if not CAUSE_BLOCK.search(page):
-        raise SystemExit(f"{DYNAMIC_PAGE.relative_to(REPO)} lost its cause-kinds markers")
-    table = cause_kinds_table()
-    files[DYNAMIC_PAGE] = CAUSE_BLOCK.sub(lambda match: match.group(1) + table + match.group(3), page)
+    for page_path, (name, write) in BLOCKS.items():
+        page = page_path.read_text(encoding="utf-8")
+        block = _block(name)
+        if not block.search(page):
+            raise SystemExit(f"{page_path.relative_to(REPO)} lost its {name} markers")
+        text = write()
+        files[page_path] = block.sub(lambda match: match.group(1) + text + match.group(3), page)
     return files
 
 
