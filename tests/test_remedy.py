@@ -35,7 +35,12 @@ CASES = {
     "hash_order_vocab.py": ([], [{"PYTHONHASHSEED": "1"}, {"PYTHONHASHSEED": "2"}]),
     "two_causes.py": ([], [{"PYTHONHASHSEED": "1"}, {"PYTHONHASHSEED": "2"}]),
     "unpool_race.py": ([], [TWO_THREADS, TWO_THREADS]),
+    "cpu_capability_randn.py": (
+        ["--vary", "cpu-capability", "--repeats", "3", "--timing-repeats", "3"], [{}, {"ATEN_CPU_CAPABILITY": "default"}]
+    ),
 }
+#: the CPU's best vector instructions are the default ones: nothing varies with the capability
+NO_VECTOR_CPU = torch.backends.cpu.get_cpu_capability() == "DEFAULT"
 TEXT = "hash_order_vocab.py"  # this one is printed as text: what users read and copy
 
 _RESULTS: dict[str, tuple[int, object]] = {}
@@ -210,12 +215,26 @@ def bitwise_equal(a: dict, b: dict) -> bool:
 
 @pytest.mark.parametrize("fixture", sorted(CASES))
 def test_the_pasted_code_makes_the_script_reproducible_by_hand(fixture, tmp_path):
+    if fixture == "cpu_capability_randn.py" and NO_VECTOR_CPU:
+        pytest.skip("this CPU has no vector instructions beyond the default")
     code = pasted_code(fixture)
     assert code.strip() and "detaudit" not in code
     script = tmp_path / fixture
     script.write_text(code + "\n" + (FIXTURES / fixture).read_text() + STATE_FOOTER)
     first, second = final_states(script, CASES[fixture][1], tmp_path)
     assert first and bitwise_equal(first, second)
+
+
+@pytest.mark.skipif(NO_VECTOR_CPU, reason="this CPU has no vector instructions beyond the default")
+def test_a_kernel_that_rounds_per_instruction_set_is_fixed_by_pinning_the_cpu_capability():
+    remedy = remedy_of("cpu_capability_randn.py")
+    [cause] = remedy["causes"]
+    assert (cause["kind"], cause["line"], cause["candidates"]) == ("cpu-capability", 7, ["pin-cpu-capability"])
+    assert remedy["minimal"] == [["pin-cpu-capability"]]
+    # full determinism pins no instruction set: across capabilities randn still differs
+    assert reproducible(remedy) == {"default": False, "ATEN_CPU_CAPABILITY=default": True, FULL: False}
+    assert "os.environ['ATEN_CPU_CAPABILITY'] = 'default'  # before torch's first op" in remedy["code"].splitlines()
+    assert any("fixtures/dynamic/cpu_capability_randn.py:7 rounds differently" in line for line in remedy["in_code"])
 
 
 def test_without_the_pasted_code_the_same_runs_by_hand_differ(tmp_path):

@@ -163,6 +163,7 @@ CPU_CAPABILITY = _register(
         "Pin ATEN_CPU_CAPABILITY (e.g. default) wherever results must match across machines, "
         "or accept the difference: the ops named here round differently per instruction set.",
         Severity.WARNING,
+        remedies=("pin-cpu-capability",),
     )
 )
 

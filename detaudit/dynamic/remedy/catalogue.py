@@ -101,6 +101,13 @@ REMEDIES: dict[str, Remedy] = {
             in_code="or make the data independent of hash order: sorted(...) instead of a set's order, "
             "hashlib instead of hash(), where it is built ({where})",
         ),
+        Remedy(
+            "pin-cpu-capability",
+            "ATEN_CPU_CAPABILITY=default",
+            settings={"cpu-capability": "default"},
+            in_code="or export ATEN_CPU_CAPABILITY=default where the job starts, on every machine that must agree; "
+            "or accept the difference: {where} rounds differently per instruction set",
+        ),
         Remedy("cudnn-deterministic", "cuDNN deterministic, no autotuning", backend=("cudnn-benchmark", "cudnn-deterministic")),
         Remedy("deterministic-algorithms", "deterministic algorithms", backend=("deterministic-algorithms", "cublas-workspace-config")),
     )
