@@ -69,6 +69,8 @@ class ChildSession:
         )
         if needs_torch:
             self._prepare_torch()
+        for feature in self.features:
+            feature.prepare(self)
 
     def _prepare_torch(self) -> None:
         from detaudit.launch.watcher import TrainingWatcher
@@ -90,8 +92,6 @@ class ChildSession:
         self.watcher = TrainingWatcher(
             max_steps=int(self.config.get("max_steps") or 0), on_step_start=before_step, on_step_end=after_step
         )
-        for feature in self.features:
-            feature.prepare(self)
 
     @contextlib.contextmanager
     def untraced(self):
@@ -188,10 +188,6 @@ def enter_rank_folder(output_dir: Path) -> Path:
         os.close(log)
     (folder / "pid").write_text(str(os.getpid()))
     _die_with_parent()
-    from detaudit.stats.metrics import STATS_DIR_ENV
-
-    if os.environ.get("RANK", "0") != "0" and STATS_DIR_ENV in os.environ:
-        os.environ[STATS_DIR_ENV] = str(folder / "stats")  # the statistics read rank 0's metrics
     faulthandler.register(signal.SIGUSR1, file=sys.stderr, all_threads=True)
     return folder
 

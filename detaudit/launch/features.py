@@ -6,7 +6,8 @@ child is a plain attribute, not a field) and whose methods are its steps in
 the child, each called by the bootstrap's ``ChildSession`` with the
 session (its payload, output folder, seed, watcher, tracer):
 
-* ``prepare`` before the script runs (after the child settings and the seed);
+* ``prepare`` before the script runs (after the seed, the child settings and
+  the watcher, where the run needs torch: ``needs_torch``);
 * ``before_step`` / ``after_step`` around each optimizer step of the run
   (``after_step`` before the step limit can stop it);
 * ``dispatch_mode``: a ``TorchDispatchMode`` to run the script under;
@@ -38,6 +39,7 @@ FEATURES: dict[str, str] = {
     "replicas": "detaudit.dynamic.record.features:ReplicaDigests",
     "final-state": "detaudit.dynamic.record.features:SaveFinalState",
     "batch": "detaudit.dynamic.batch.vary:BatchAudit",
+    "rank-metrics": "detaudit.stats.metrics:RankMetrics",
 }
 
 

@@ -31,12 +31,27 @@ import re
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
+
+from detaudit.launch.features import ChildFeature
 
 STATS_DIR_ENV = "DETAUDIT_STATS_DIR"
 METRICS_FILE = "metrics.jsonl"
 PREDICTIONS_FOLDER = "predictions"
 STDOUT_PREFIX = "detaudit-metric:"
+
+
+@dataclass
+class RankMetrics(ChildFeature):
+    """The launch feature of a statistics run: under torchrun, the ranks but
+    rank 0 log into their own folders (the statistics read rank 0's metrics)."""
+
+    key: ClassVar[str] = "rank-metrics"
+    needs_torch: ClassVar[bool] = False
+
+    def prepare(self, session) -> None:
+        if os.environ.get("RANK", "0") != "0":
+            os.environ[STATS_DIR_ENV] = str(session.output_dir / "stats")
 
 
 def _stats_dir() -> Path | None:

@@ -18,7 +18,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from detaudit.report.progress import RunProgress
-from detaudit.stats.metrics import STATS_DIR_ENV, STDOUT_PREFIX, read_run_outputs
+from detaudit.stats.metrics import STATS_DIR_ENV, STDOUT_PREFIX, RankMetrics, read_run_outputs
 from detaudit.stats.study import PlannedRun, RunRecord, Study
 
 OUTPUT_TAIL_LINES = 30
@@ -91,7 +91,8 @@ def launch(
     folder.mkdir(parents=True)
     seed_env = {} if options.seed is None else {SEED_ENV: str(options.seed)}
     options = replace(
-        options, extra_env={**options.extra_env, **seed_env, STATS_DIR_ENV: str(folder.resolve())},
+        options.with_features(RankMetrics()),
+        extra_env={**options.extra_env, **seed_env, STATS_DIR_ENV: str(folder.resolve())},
         output_dir=folder / "launch",
     )
     arguments = script_arguments(script_args, options.seed)
