@@ -210,7 +210,7 @@ def test_device_digests_localize_a_difference_end_to_end(fault, op, phase):
 
 
 _SIGN_SWAP_LIMIT = pytest.mark.xfail(
-    strict=True, reason="device digest (README, Cost): two elements that differ only in their sign bit can swap unseen"
+    strict=True, reason="device digest (docs/cost.md): two elements that differ only in their sign bit can swap unseen"
 )
 
 

@@ -162,7 +162,7 @@ def test_concurrent_runs_give_the_report_of_runs_one_at_a_time(capsys, monkeypat
 
 
 def test_a_compiled_model_is_audited_as_the_eager_code_it_runs(capsys, monkeypatch):
-    # with detaudit's dispatch modes active, torch.compile runs the model's Python eagerly (README,
+    # with detaudit's dispatch modes active, torch.compile runs the model's Python eagerly (docs/dynamic.md,
     # "torch.compile"): a perturbed op inside the compiled module is named like one in eager code
     fault = {"op": "aten.gelu", "line": line_of("compiled.py", "forward-line")}
     cause = only_cause(audit(capsys, monkeypatch, "compiled.py", faults=[fault]))

@@ -14,7 +14,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def rules_table_markdown() -> str:
-    """The README's rules table, generated from the registry (a test keeps them in sync)."""
+    """The rules table in Markdown, as `detaudit rules --format markdown` prints it."""
     from detaudit.static.rule import all_rules
 
     rows = ["| Code | Name | Severity | What it flags |", "|---|---|---|---|"]
