@@ -138,3 +138,24 @@ def test_script_args_after_double_dash_and_static_path_stays_light(tmp_path):
         timeout=60,
     )
     assert check.stdout.strip() == "False"
+
+
+UNSEEDED_ADAM = """
+import torch
+model = torch.nn.Linear(4, 1)
+optimizer = torch.optim.Adam(model.parameters(), lr=0.1)
+for _ in range(2):
+    optimizer.zero_grad()
+    model(torch.randn(8, 4)).square().mean().backward()
+    optimizer.step()
+"""
+
+
+def test_the_text_report_prints_names_with_brackets_as_they_are(capsys, tmp_path):
+    script = tmp_path / "adam.py"
+    script.write_text(UNSEEDED_ADAM)
+    code, out, _ = _run(capsys, script, "--no-seed", "--repeats", "2")
+    assert code == 1
+    # rich would read "[model.bias]" as markup and print optimizer.state.exp_avg
+    for name in ("optimizer.state[model.bias].exp_avg", "optimizer.state[model.weight].exp_avg_sq"):
+        assert name in out

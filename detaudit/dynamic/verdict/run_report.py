@@ -220,18 +220,24 @@ class RunReport:
         return findings
 
     def render(self, console) -> None:
-        """Write the report to a rich console."""
+        """Write the report to a rich console.  Nothing in it is markup: tensor
+        names (``optimizer.state[model.bias].exp_avg``), paths and messages hold
+        brackets, so cells are ``Text`` and lines are printed with markup off."""
         from rich.table import Table
+        from rich.text import Text
+
+        def row(*cells: str) -> list[Text]:
+            return [Text(cell) for cell in cells]
 
         style = "bold green" if self.deterministic else "bold yellow" if self.passed else "bold red"
-        console.print(self.verdict_line(), style=style, highlight=False, soft_wrap=True)
+        console.print(self.verdict_line(), style=style, highlight=False, soft_wrap=True, markup=False)
         if self.root_causes:
             table = Table(title="Root causes", title_justify="left")
             columns = ("kind", "op", "location", "module", "phase", "seen", "max |diff|", "step", "effect")
             for column in ("ranks", *columns) if self.ranks else columns:
                 table.add_column(column, overflow="fold")
             for cause in self.root_causes:
-                table.add_row(
+                table.add_row(*row(
                     *([rank_span(cause.ranks)] if self.ranks else []),
                     cause.kind,
                     cause.op,
@@ -242,19 +248,19 @@ class RunReport:
                     "-" if cause.max_abs_diff is None else f"{cause.max_abs_diff:.3g}",
                     str(cause.first_step),
                     "latent" if cause.latent else "final state",
-                )
+                ))
             console.print(table)
             for cause in self.root_causes:
                 details = [cause.hint or cause.kind.fix_hint]
                 if cause.other_side is not None:
                     details.insert(0, cause.other_side.describe())
-                console.print(f"  {cause.path}:{cause.line} {cause.op}: " + " ".join(details), highlight=False)
+                console.print(f"  {cause.path}:{cause.line} {cause.op}: " + " ".join(details), highlight=False, markup=False)
         if self.tensors:
             table = Table(title="Differing tensors after the last step", title_justify="left")
             for column in ("tensor", "shape", "dtype", "max |diff|", "max rel", "max ULP", "elements differing"):
                 table.add_column(column, overflow="fold")
             for diff in self.tensors:
-                table.add_row(
+                table.add_row(*row(
                     diff["name"],
                     str(diff["shape"]),
                     diff["dtype"],
@@ -262,14 +268,14 @@ class RunReport:
                     f"{diff['max_rel_diff']:.3g}",
                     str(diff["max_ulp"]),
                     f"{diff['fraction_differing']:.1%}",
-                )
+                ))
             console.print(table)
         for note in self.notes:
-            console.print(f"note: {note}", highlight=False)
+            console.print(f"note: {note}", highlight=False, markup=False)
         for warning in self.warnings:
-            console.print(f"warning: {warning}", style="yellow", highlight=False)
+            console.print(f"warning: {warning}", style="yellow", highlight=False, markup=False)
         if self.environment:
-            console.print("Environment: " + self.environment_text(), highlight=False, style="dim")
+            console.print("Environment: " + self.environment_text(), highlight=False, style="dim", markup=False)
 
     def environment_text(self) -> str:
         """What matters of the fingerprint: versions, device, threads, hash
