@@ -117,6 +117,29 @@ def odd_paths_sgd():
     return model, torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9), lambda: (torch.randn(5, 6), torch.randint(0, 3, (5,)))
 
 
+class _EvaluatedInInferenceMode(nn.Module):
+    """Keeps a running statistic under ``torch.inference_mode()``, as Lightning's
+    validation does: an inference tensor has no version counter."""
+
+    def __init__(self):
+        super().__init__()
+        self.net = nn.Sequential(nn.Linear(6, 8), nn.ReLU(), nn.Linear(8, 8), nn.ReLU(), nn.Linear(8, 3))
+        self.total = None
+
+    def forward(self, x):
+        with torch.inference_mode():
+            if self.total is None:
+                self.total = torch.zeros(3)
+            self.total.add_(self.net(x).mean(0))  # an inference tensor written in place
+            (self.total * 2).sum().item()  # and read after the write
+        return self.net(x)
+
+
+def inference_mode_sgd():
+    model = _EvaluatedInInferenceMode()
+    return model, torch.optim.SGD(model.parameters(), lr=0.1), lambda: (torch.randn(5, 6), torch.randint(0, 3, (5,)))
+
+
 def autocast_bf16():
     model = nn.Sequential(nn.Linear(12, 12), nn.ReLU(), nn.Linear(12, 2))
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
@@ -129,6 +152,7 @@ WORKLOADS = {
     "lstm-sgd": (lstm_sgd, False),
     "odd-paths": (odd_paths_sgd, False),
     "autocast-bf16": (autocast_bf16, True),
+    "inference-mode": (inference_mode_sgd, False),
 }
 
 
@@ -372,3 +396,15 @@ def test_the_run_report_says_which_recorder_traced_and_why_not_the_compiled_one(
     as_text = subprocess.run(command, env=environment, capture_output=True, text=True, timeout=600, cwd=ROOT)
     environment_line = " ".join(as_text.stdout.partition("Environment: ")[2].split())  # undo the console's wrapping
     assert "detaudit.recorder=python (DETAUDIT_NATIVE=0)" in environment_line
+
+
+@pytest.mark.parametrize("compiled", [False, True] if HAS_COMPILER else [False], ids=["python", "compiled"][: 1 + HAS_COMPILER])
+def test_an_inference_tensor_written_in_place_is_read_as_written(compiled):
+    tracer, _ = traced_run("inference-mode", compiled=compiled)
+    ops = tracer.trace_data()["ops"]
+    here = [op for op in ops if op.path.endswith("test_dynamic_native.py") and op.module == "model"]
+    written = [op for op in here if op.op == "aten.add_.Tensor"]
+    read = [op for op in here if op.op == "aten.mul.Tensor" and op.line == written[0].line + 1]
+    assert len(written) == len(read) == 2  # one per step
+    for write, after in zip(written, read):
+        assert after.inputs[0] == write.outputs[0]  # the digest of the bytes the write left

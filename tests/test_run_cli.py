@@ -159,3 +159,23 @@ def test_the_text_report_prints_names_with_brackets_as_they_are(capsys, tmp_path
     # rich would read "[model.bias]" as markup and print optimizer.state.exp_avg
     for name in ("optimizer.state[model.bias].exp_avg", "optimizer.state[model.weight].exp_avg_sq"):
         assert name in out
+
+
+def test_a_script_that_uses_inference_mode_is_audited_not_broken(capsys, tmp_path):
+    # Lightning's validate()/test()/predict() run under inference mode; its tensors have no version counter
+    script = tmp_path / "inference.py"
+    script.write_text(
+        "import torch\n"
+        "torch.manual_seed(0)\n"
+        "m = torch.nn.Linear(2, 1)\n"
+        "opt = torch.optim.SGD(m.parameters(), lr=0.1)\n"
+        "with torch.inference_mode():\n"
+        "    n = torch.tensor(3)\n"
+        "for _ in range(2):\n"
+        "    opt.zero_grad()\n"
+        "    (m(torch.ones(4, 2)) * n).sum().backward()\n"
+        "    opt.step()\n"
+    )
+    code, out, err = _run(capsys, script, "--repeats", "2")
+    assert code == 0, err
+    assert out.startswith("deterministic: 2 runs")

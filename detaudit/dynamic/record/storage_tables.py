@@ -52,6 +52,18 @@ def _layout_key(storage, tensor: torch.Tensor) -> tuple:
     return (id(storage), tensor.storage_offset(), tensor.dtype, *tensor.shape, *tensor.stride())
 
 
+def version_of(tensor: torch.Tensor) -> int:
+    """The tensor's version counter, which in-place ops bump.  An inference
+    tensor (made under ``torch.inference_mode()``) has none, and raises when
+    asked: it counts as version 0, changed only by ops the tracer sees (an
+    inference tensor cannot be changed outside inference mode, and inside it
+    every in-place op is dispatched)."""
+    try:
+        return tensor._version
+    except RuntimeError:
+        return 0
+
+
 class StorageTables:
     def __init__(self):
         # layout key -> (storage ref, first version, last version, digest id)
@@ -72,7 +84,7 @@ class StorageTables:
         if storage is None:
             return None
         entry = self._digests.get(_layout_key(storage, tensor))
-        if entry is not None and entry[0]() is storage and entry[1] <= tensor._version <= entry[2]:
+        if entry is not None and entry[0]() is storage and entry[1] <= version_of(tensor) <= entry[2]:
             return entry[3]
         return None
 
@@ -93,7 +105,7 @@ class StorageTables:
         """An allocation op made the tensor: its bytes are uninitialized (``UNINIT``)."""
         storage = _storage(tensor)
         self._origins[id(storage)] = (weakref.ref(storage), (ALLOCATED, record_index))
-        self.remember(tensor, tensor._version, UNINIT)
+        self.remember(tensor, version_of(tensor), UNINIT)
 
     def produced(self, tensor: torch.Tensor, record_index: int, written: bool) -> None:
         """An op wrote the tensor's bytes (``written``: in place); a write to

@@ -84,7 +84,7 @@ from detaudit.dynamic.record.digests import (
 from detaudit.dynamic.record.dynamo import never_compiled, skips_dynamo_per_call
 from detaudit.dynamic.record.op_info import OpInfo, mark_unread
 from detaudit.dynamic.record.outside_dispatch import OutsideDispatch
-from detaudit.dynamic.record.storage_tables import MIN_FORGET_AT, StorageTables
+from detaudit.dynamic.record.storage_tables import MIN_FORGET_AT, StorageTables, version_of
 from detaudit.knowledge.backend_settings import backend_settings
 from detaudit.launch.watcher import USER_FILES, StopRun, is_user_file, user_frame
 from detaudit.runtime.settings import reader
@@ -521,7 +521,7 @@ class OpTracer:
             return digest_id, (tables.origin(tensor, record_index) if digest_id == UNINIT else None)
         origin = tables.origin(tensor, record_index)
         digest_id = self._stage_digest(tensor)
-        tables.remember(tensor, tensor._version, digest_id)
+        tables.remember(tensor, version_of(tensor), digest_id)
         return digest_id, origin
 
     def _output_ref(
@@ -543,14 +543,14 @@ class OpTracer:
             # (A view gets its input's version counter above this mode, after
             # it returns: here it still has a fresh one.)
             if view_of is not None and tensor.numel() >= view_of[0].numel():
-                tables.remember(tensor, view_of[0]._version, view_of[1])
+                tables.remember(tensor, version_of(view_of[0]), view_of[1])
             return None
         if info.is_allocation:
             tables.allocated(tensor, record_index)
             return UNINIT
         tables.produced(tensor, record_index, written)
         digest_id = self._stage_digest(tensor)
-        tables.remember(tensor, tensor._version, digest_id, written)
+        tables.remember(tensor, version_of(tensor), digest_id, written)
         return digest_id
 
     # -- the record --------------------------------------------------------

@@ -265,6 +265,10 @@ struct LayoutKeyHash {
   }
 };
 
+// The tensor's version counter; an inference tensor has none (asking raises): version 0, as
+// storage_tables.version_of says.
+int64_t version_of(const at::Tensor& tensor) { return tensor.is_inference() ? 0 : tensor._version(); }
+
 class StorageTables {
  public:
   // The digest id of the tensor's bytes at its current version, if known.
@@ -273,7 +277,7 @@ class StorageTables {
     if (storage == nullptr) return false;
     auto found = digests_.find(LayoutKey(*storage, tensor));
     if (found == digests_.end() || !holds(found->second.storage, *storage)) return false;
-    int64_t version = tensor._version();
+    int64_t version = version_of(tensor);
     if (version < found->second.first_version || version > found->second.last_version) return false;
     *digest_id = found->second.digest_id;
     return true;
@@ -293,7 +297,7 @@ class StorageTables {
     const c10::Storage* storage = storage_of(tensor);
     if (storage == nullptr) return;
     set_origin(*storage, constants.allocated, record_index);
-    remember(tensor, tensor._version(), constants.uninit_id, false);
+    remember(tensor, version_of(tensor), constants.uninit_id, false);
   }
 
   // An op wrote the tensor's bytes; a write to part of a storage leaves the rest's known origin.
@@ -447,7 +451,7 @@ bool input_ref(Tracer& tracer, PyObject* object, int64_t record_index, Ref* dige
   int64_t staged_id;
   digest_id->reset(tracer.stage_digest(object, tensor, &staged_id));
   if (!*digest_id) return false;
-  tracer.tables.remember(tensor, tensor._version(), staged_id, false);
+  tracer.tables.remember(tensor, version_of(tensor), staged_id, false);
   return true;
 }
 
@@ -460,7 +464,7 @@ PyObject* output_ref(Tracer& tracer, PyObject* object, const OpInfo& info, int64
   if (info.is_view && !written) {
     // a view as large as its input reads all of it: its readers take the input's digest
     if (view_of != nullptr && tensor.numel() >= THPVariable_Unpack(view_of).numel()) {
-      tracer.tables.remember(tensor, THPVariable_Unpack(view_of)._version(), view_of_id, false);
+      tracer.tables.remember(tensor, version_of(THPVariable_Unpack(view_of)), view_of_id, false);
     }
     Py_RETURN_NONE;
   }
@@ -470,7 +474,7 @@ PyObject* output_ref(Tracer& tracer, PyObject* object, const OpInfo& info, int64
   }
   tracer.tables.produced(tensor, record_index, written);
   PyObject* staged_id = tracer.stage_digest(object, tensor, &digest_id);
-  if (staged_id != nullptr) tracer.tables.remember(tensor, tensor._version(), digest_id, written);
+  if (staged_id != nullptr) tracer.tables.remember(tensor, version_of(tensor), digest_id, written);
   return staged_id;
 }
 
