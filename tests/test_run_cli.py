@@ -173,7 +173,7 @@ def test_a_script_that_uses_inference_mode_is_audited_not_broken(capsys, tmp_pat
         "    n = torch.tensor(3)\n"
         "for _ in range(2):\n"
         "    opt.zero_grad()\n"
-        "    (m(torch.ones(4, 2)) * n).sum().backward()\n"
+        "    (m(torch.ones(4, 2)).sum() * n.item()).backward()\n"
         "    opt.step()\n"
     )
     code, out, err = _run(capsys, script, "--repeats", "2")
