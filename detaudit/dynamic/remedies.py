@@ -29,7 +29,7 @@ from typing import Any, Callable, Iterable, Mapping
 from detaudit.dynamic.causes import CAUSE_KINDS, NONDETERMINISTIC_OP
 from detaudit.dynamic.generators import GENERATORS, paste_code as generators_code
 from detaudit.knowledge.backend_settings import Setting, backend_settings
-from detaudit.knowledge.ops import version_in_range
+from detaudit.knowledge.versions import version_in_range
 
 
 @dataclass(frozen=True)

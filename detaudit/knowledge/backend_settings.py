@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping
 
-from detaudit.knowledge.ops.versions import range_problem, version_in_range
+from detaudit.knowledge.versions import range_problem, version_in_range
 
 SCHEMA_VERSION = 1
 SHIPPED_TABLE = Path(__file__).with_name("backend_settings.json")

@@ -20,6 +20,7 @@ import re
 from pathlib import Path
 from typing import Any, Iterable, NoReturn
 
+from detaudit.knowledge.backend_settings import backend_settings
 from detaudit.knowledge.ops.matching import OpsTable
 from detaudit.knowledge.ops.model import (
     CONDITION_TESTS,
@@ -35,7 +36,7 @@ from detaudit.knowledge.ops.model import (
     Param,
     Spelling,
 )
-from detaudit.knowledge.ops.versions import range_problem
+from detaudit.knowledge.versions import range_problem
 
 SCHEMA_VERSION = 1
 TABLE_ENV_VAR = "DETAUDIT_OPS_TABLE"
@@ -276,9 +277,6 @@ def _read_entry(raw: Any, at: _At) -> OpEntry:
 
 
 def _setting_id(value: Any, at: _At) -> str:
-    # imported here: the settings table's module imports this package
-    from detaudit.knowledge.backend_settings import backend_settings
-
     setting_id = _text(value, at)
     if setting_id not in {setting.id for setting in backend_settings().settings}:
         at.fail(f"{setting_id!r} is not a setting of backend_settings.json")
