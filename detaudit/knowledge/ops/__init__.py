@@ -2,9 +2,9 @@
 entries), ``loading`` (which table, JSON to model in one validating pass) and
 ``matching`` (the indexed table and its queries), re-exported here.  These
 modules import only the standard library and, from detaudit,
-``knowledge.versions`` and ``knowledge.backend_settings`` (an entry names
-settings of that table); never torch or numpy, since the static linter imports
-this package.
+``knowledge._json_reader``, ``knowledge.versions`` and
+``knowledge.backend_settings`` (an entry names settings of that table); never
+torch or numpy, since the static linter imports this package.
 
 The facts live in ``detaudit/knowledge/nondeterministic_ops.json`` (format:
 ``nondeterministic_ops.schema.json`` next to it), or in a table written by
