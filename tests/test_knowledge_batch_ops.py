@@ -57,21 +57,56 @@ def test_invariance_markers_come_from_the_remedies():
     assert {"VLLM_BATCH_INVARIANT", "set_batch_invariant_mode", "torch._inductor.config.batch_invariant"} <= markers
 
 
-@pytest.mark.parametrize(
-    "change, message",
-    [
-        (lambda data: data.update(schema_version=2), "schema_version must be 1"),
-        (lambda data: data["ops"][0].update(kind="weird"), "kind must be one of"),
-        (lambda data: data["ops"][0]["remedies"].append("no-such-remedy"), "unknown remedy 'no-such-remedy'"),
-        (lambda data: data["ops"][0]["behaviours"][0].update(devices=["tpu"]), "unknown device 'tpu'"),
-        (lambda data: data["remedies"][0].pop("cost"), "missing or wrong field 'cost'"),
-    ],
-)
-def test_a_broken_table_is_one_line(change, message):
-    data = copy.deepcopy(json.loads(SHIPPED_TABLE.read_text()))
+def _shipped() -> dict:
+    return json.loads(SHIPPED_TABLE.read_text())
+
+
+# (label, edit of the shipped table, the start of the message: JSON path and problem)
+BROKEN = [
+    ("schema newer", lambda d: d.update(schema_version=2), "schema_version: 2 is newer than this detaudit reads (1)"),
+    ("kind unknown", lambda d: d["ops"][0].update(kind="weird"),
+     "ops[0].kind: 'weird' is not one of kernel, sample-mixing, random (op 'matmul')"),
+    ("remedy unknown", lambda d: d["ops"][0]["remedies"].append("no-such-remedy"),
+     "ops[0].remedies[5]: unknown remedy 'no-such-remedy' (op 'matmul')"),
+    ("device unknown", lambda d: d["ops"][0]["behaviours"][0].update(devices=["tpu"]),
+     "ops[0].behaviours[0].devices[0]: 'tpu' is not one of cpu, cuda (op 'matmul')"),
+    ("remedy without cost", lambda d: d["remedies"][0].pop("cost"), "remedies[0]: missing 'cost'"),
+    ("empty object", lambda d: d.clear(), "top level: missing 'schema_version', 'torch_versions'"),
+    ("unknown top-level key", lambda d: d.update(comment="x"), "top level: unknown key 'comment'"),
+    ("range without operator", lambda d: d.update(torch_versions="2.0"), "torch_versions: '2.0' is not a version clause"),
+    ("ops empty", lambda d: d.update(ops=[]), "ops: expected a non-empty list"),
+    ("aten blank", lambda d: d["ops"][1]["aten"].__setitem__(1, " "), "ops[1].aten[1]: expected a non-empty string (op 'convolution')"),
+    ("evidence unknown", lambda d: d["ops"][2]["behaviours"][0].update(evidence="blog"),
+     "ops[2].behaviours[0].evidence: 'blog' is not one of measured, sources (op 'attention')"),
+    ("markers a string", lambda d: d["remedies"][3].update(markers="VLLM"), "remedies[3].markers: expected a non-empty list"),
+    ("remedy id twice", lambda d: d["remedies"].append(copy.deepcopy(d["remedies"][0])),
+     "remedies[10].id: duplicate id 'fixed-batch-size'"),
+    ("op id twice", lambda d: d["ops"].append(copy.deepcopy(d["ops"][0])), "ops[6].id: duplicate id 'matmul'"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("label, change, expected", BROKEN, ids=[case[0] for case in BROKEN])
+def test_a_broken_table_is_one_line_naming_the_json_path(label, change, expected):
+    data = _shipped()
     change(data)
-    with pytest.raises(BatchOpsTableError, match=message):
-        parse_table(data)
+    with pytest.raises(BatchOpsTableError) as raised:
+        parse_table(data, "t.json")
+    message = str(raised.value)
+    assert message.startswith(f"bad batch-variant ops table t.json: {expected}"), message
+    assert "\n" not in message
+
+
+def test_a_table_file_is_named_in_its_errors(tmp_path):
+    broken = tmp_path / "broken.json"
+    broken.write_text('{"schema_version": 1,')
+    with pytest.raises(BatchOpsTableError, match=rf"batch-variant ops table {broken} is not valid JSON: .* line 1"):
+        load_batch_ops_table(str(broken))
+    edited = _shipped()
+    edited["ops"][0]["kind"] = "weird"
+    custom = tmp_path / "custom.json"
+    custom.write_text(json.dumps(edited))
+    with pytest.raises(BatchOpsTableError, match=rf"^bad batch-variant ops table {custom}: ops\[0\]\.kind: "):
+        load_batch_ops_table(str(custom))
 
 
 def test_loading_it_imports_neither_torch_nor_numpy():

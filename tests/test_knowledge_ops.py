@@ -22,10 +22,9 @@ from detaudit.knowledge.ops import (
     CallArguments,
     OpsTableError,
     alert_caller,
-    installed_torch_version,
     load_ops_table,
-    version_in_range,
 )
+from detaudit.knowledge.versions import installed_torch_version, version_in_range
 
 REPO = Path(__file__).resolve().parents[1]
 

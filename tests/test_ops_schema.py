@@ -24,7 +24,7 @@ from detaudit.knowledge.ops.model import (
     SOURCE_KINDS,
     SPELLING_KINDS,
 )
-from detaudit.knowledge.ops.versions import VERSION_CLAUSE
+from detaudit.knowledge.versions import VERSION_CLAUSE
 
 SCHEMA = json.loads(SCHEMA_FILE.read_text(encoding="utf-8"))
 VALIDATOR = jsonschema.Draft7Validator(SCHEMA)

@@ -43,24 +43,43 @@ CASES = {
 NO_VECTOR_CPU = torch.backends.cpu.get_cpu_capability() == "DEFAULT"
 TEXT = "hash_order_vocab.py"  # this one is printed as text: what users read and copy
 
+# Fixtures whose audit must see two CPU threads race.  With another process
+# holding a core the threads overlap less, and an audit of two runs can miss the
+# race (it then finds nothing to remedy and ends after those two runs, about
+# 10 s).  Both races are wide enough that audits under 1 and 2 busy processes
+# on 2 cores saw them every time (unpool_race.py 80 of 80, index_put_threads.py
+# 40 of 40 under 2): rates of at least 96% and 93% (95% lower bounds), so all
+# 3 tries miss with probability under 0.04**3 = 6e-5 and 0.07**3 = 4e-4.
+CPU_RACES = {"index_put_threads.py", "unpool_race.py"}
+RACE_TRIES = 3
+
 _RESULTS: dict[str, tuple[int, object]] = {}
 
 
 def remedied(fixture: str) -> tuple[int, object]:
-    """(exit code, JSON report or printed text) of ``detaudit run FIXTURE --remedy``."""
+    """(exit code, JSON report or printed text) of ``detaudit run FIXTURE --remedy``,
+    run again while a race fixture's runs all agreed (exit code 0)."""
     if fixture not in _RESULTS:
-        extra, _ = CASES[fixture]
-        if "--repeats" not in extra:
-            extra = [*extra, "--repeats", "2", "--timing-repeats", "2"]
-        output_format = "text" if fixture == TEXT else "json"
-        out = io.StringIO()
-        with pytest.MonkeyPatch.context() as patch, contextlib.redirect_stdout(out):
-            patch.delenv("PYTHONHASHSEED", raising=False)  # each child draws its own, as real reruns do
-            for name, value in TWO_THREADS.items():
-                patch.setenv(name, value)
-            code = main(["run", str(FIXTURES / fixture), "--remedy", "--format", output_format, *extra])
-        _RESULTS[fixture] = (code, json.loads(out.getvalue()) if output_format == "json" else out.getvalue())
+        for _ in range(RACE_TRIES if fixture in CPU_RACES else 1):
+            code, report = _remedy_command(fixture)
+            if code != 0:
+                break
+        _RESULTS[fixture] = (code, report)
     return _RESULTS[fixture]
+
+
+def _remedy_command(fixture: str) -> tuple[int, object]:
+    extra, _ = CASES[fixture]
+    if "--repeats" not in extra:
+        extra = [*extra, "--repeats", "2", "--timing-repeats", "2"]
+    output_format = "text" if fixture == TEXT else "json"
+    out = io.StringIO()
+    with pytest.MonkeyPatch.context() as patch, contextlib.redirect_stdout(out):
+        patch.delenv("PYTHONHASHSEED", raising=False)  # each child draws its own, as real reruns do
+        for name, value in TWO_THREADS.items():
+            patch.setenv(name, value)
+        code = main(["run", str(FIXTURES / fixture), "--remedy", "--format", output_format, *extra])
+    return code, json.loads(out.getvalue()) if output_format == "json" else out.getvalue()
 
 
 def remedy_of(fixture: str) -> dict:

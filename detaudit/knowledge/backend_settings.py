@@ -18,12 +18,12 @@ checked once per process; this module never imports torch or numpy.
 from __future__ import annotations
 
 import functools
-import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping
+from typing import Any, Iterable, Mapping
 
-from detaudit.knowledge.ops.versions import range_problem, version_in_range
+from detaudit.knowledge._json_reader import Node, TableFormat
+from detaudit.knowledge.versions import version_in_range
 
 SCHEMA_VERSION = 1
 SHIPPED_TABLE = Path(__file__).with_name("backend_settings.json")
@@ -210,132 +210,53 @@ def _same_value(value: Any, expected: Any) -> bool:
 # --- loading ---------------------------------------------------------------------
 
 
+_FORMAT = TableFormat("settings table", SettingsTableError, root="$")
+
+
 @functools.lru_cache(maxsize=1)
 def backend_settings() -> BackendSettings:
     """The shipped table, read and checked once per process."""
-    origin = str(SHIPPED_TABLE)
-    try:
-        document = json.loads(SHIPPED_TABLE.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError) as error:
-        raise SettingsTableError(f"cannot read settings table {origin}: {error}") from None
-    except json.JSONDecodeError as error:
-        raise SettingsTableError(
-            f"settings table {origin} is not valid JSON: {error.msg} at line {error.lineno} column {error.colno}"
-        ) from None
-    return parse_backend_settings(document, origin)
+    return parse_backend_settings(_FORMAT.load(SHIPPED_TABLE), str(SHIPPED_TABLE))
 
 
 def parse_backend_settings(document: Any, origin: str = "<table>") -> BackendSettings:
     """Check a decoded document and build the table in one pass."""
-    try:
-        return _parse_table(_Node(document, "$"))
-    except _SchemaError as error:
-        raise SettingsTableError(f"bad settings table {origin}: {error}") from None
+    return _FORMAT.parse(document, origin, _parse_table)
 
 
-class _SchemaError(Exception):
-    pass
-
-
-class _Node:
-    """A JSON value and its path (``$.settings[3].spellings[0]``), for errors."""
-
-    def __init__(self, value: Any, path: str) -> None:
-        self.value = value
-        self.path = path
-
-    def fail(self, problem: str):
-        raise _SchemaError(f"{self.path}: {problem}")
-
-    def fields(self, required: Iterable[str], optional: Iterable[str] = ()) -> dict[str, "_Node"]:
-        if not isinstance(self.value, dict):
-            self.fail(f"expected an object, got {type(self.value).__name__}")
-        required = tuple(required)
-        missing = [key for key in required if key not in self.value]
-        if missing:
-            self.fail(f"missing {', '.join(repr(k) for k in missing)}")
-        unknown = sorted(set(self.value) - set(required) - set(optional))
-        if unknown:
-            self.fail(f"unknown key {unknown[0]!r}")
-        return {key: _Node(value, f"{self.path}.{key}") for key, value in self.value.items()}
-
-    def items(self, allow_empty: bool = False) -> list["_Node"]:
-        if not isinstance(self.value, list) or (not self.value and not allow_empty):
-            self.fail("expected a list" if allow_empty else "expected a non-empty list")
-        return [_Node(value, f"{self.path}[{i}]") for i, value in enumerate(self.value)]
-
-    def entries(self) -> list[tuple[str, "_Node"]]:
-        if not isinstance(self.value, dict) or not self.value:
-            self.fail("expected a non-empty object")
-        return [(key, _Node(value, f"{self.path}.{key}")) for key, value in self.value.items()]
-
-    def text(self) -> str:
-        if not isinstance(self.value, str) or not self.value.strip():
-            self.fail("expected a non-empty string")
-        return self.value
-
-    def choice(self, allowed: tuple[str, ...]) -> str:
-        if self.value not in allowed:
-            self.fail(f"{self.value!r} is not one of {', '.join(allowed)}")
-        return self.value
-
-    def boolean(self) -> bool:
-        if not isinstance(self.value, bool):
-            self.fail("expected true or false")
-        return self.value
-
-    def version_range(self) -> str:
-        problem = range_problem(self.text())
-        if problem:
-            self.fail(problem)
-        return self.value
-
-    def scalar(self) -> Any:
-        if self.value is not None and not isinstance(self.value, (bool, int, str)):
-            self.fail("expected a string, number, boolean or null")
-        return self.value
-
-
-def _optional(fields: Mapping[str, _Node], key: str, read: Callable[[_Node], Any], default: Any = None) -> Any:
-    return read(fields[key]) if key in fields else default
-
-
-def _parse_table(root: _Node) -> BackendSettings:
+def _parse_table(root: Node) -> BackendSettings:
     top = root.fields(("schema_version", "torch_versions", "provenance", "hazards", "settings", "namespaces"))
-    version = top["schema_version"]
-    if not isinstance(version.value, int) or isinstance(version.value, bool) or version.value < 1:
-        version.fail("expected a positive integer")
-    if version.value > SCHEMA_VERSION:
-        version.fail(f"{version.value} is newer than this detaudit reads ({SCHEMA_VERSION}); upgrade detaudit")
+    top["schema_version"].schema_version(SCHEMA_VERSION)
     top["provenance"].fields(("kind", "date", "description"))
     hazards = {key: _parse_hazard(key, node) for key, node in top["hazards"].entries()}
-    settings = [_parse_setting(node, hazards) for node in top["settings"].items()]
+    items = top["settings"].items()
+    settings = [_parse_setting(node, hazards) for node in items]
     namespaces = {name: _parse_namespace(name, node) for name, node in top["namespaces"].entries()}
-    _check_references(top["settings"], settings, namespaces)
+    _check_references(items, settings, namespaces)
     return BackendSettings(top["torch_versions"].version_range(), hazards, tuple(settings), namespaces)
 
 
-def _parse_sources(node: _Node) -> tuple[Source, ...]:
+def _parse_sources(node: Node) -> tuple[Source, ...]:
     sources = []
     for item in node.items():
-        fields = item.fields(("kind", "ref"))
-        sources.append(Source(fields["kind"].choice(SOURCE_KINDS), fields["ref"].text()))
+        item.fields(("kind", "ref"))
+        sources.append(Source(item["kind"].choice(SOURCE_KINDS), item["ref"].text()))
     return tuple(sources)
 
 
-def _parse_hazard(hazard_id: str, node: _Node) -> Hazard:
-    fields = node.fields(("summary", "why", "cost", "sources"), ("problem", "fix"))
-    problem = _optional(fields, "problem", _Node.text)
+def _parse_hazard(hazard_id: str, node: Node) -> Hazard:
+    node.fields(("summary", "why", "cost", "sources"), ("problem", "fix"))
+    problem = node.optional("problem", Node.text)
     if problem is not None and any(brace in problem.replace("{value}", "") for brace in "{}"):
-        fields["problem"].fail("the only placeholder a problem may use is {value}")
+        node["problem"].fail("the only placeholder a problem may use is {value}")
     return Hazard(
         hazard_id,
-        fields["summary"].text(),
-        fields["why"].text(),
-        fields["cost"].text(),
-        _parse_sources(fields["sources"]),
+        node["summary"].text(),
+        node["why"].text(),
+        node["cost"].text(),
+        _parse_sources(node["sources"]),
         problem,
-        _optional(fields, "fix", _Node.text),
+        node.optional("fix", Node.text),
     )
 
 
@@ -347,110 +268,116 @@ _SPELLING_KINDS = {
 }
 
 
-def _parse_spelling(node: _Node) -> Spelling:
+def _parse_spelling(node: Node) -> Spelling:
     kinds = [k for k in ("attribute", "read", "write", "environment") if isinstance(node.value, dict) and k in node.value]
     primary = kinds[0] if kinds else None
     if primary is None or (primary in ("attribute", "environment") and len(kinds) > 1):
         node.fail("expected exactly one of 'attribute', 'environment', or 'read'/'write' functions")
-    fields = node.fields((primary,), ("torch", *_SPELLING_KINDS[primary]))
+    node.fields((primary,), ("torch", *_SPELLING_KINDS[primary]))
     spelling = Spelling(
-        torch=_optional(fields, "torch", _Node.version_range),
-        attribute=_optional(fields, "attribute", _Node.text),
-        module=_optional(fields, "module", _Node.text),
-        import_module=_optional(fields, "import", _Node.boolean, True),
-        read=_optional(fields, "read", _Node.text),
-        write=_optional(fields, "write", _Node.text),
-        argument=_optional(fields, "argument", _Node.text),
-        position=_optional(fields, "position", _parse_position),
-        values=_optional(fields, "values", _parse_value_map),
-        environment=_optional(fields, "environment", _Node.text),
+        torch=node.optional("torch", Node.version_range),
+        attribute=node.optional("attribute", Node.text),
+        module=node.optional("module", Node.text),
+        import_module=node.optional("import", Node.boolean, True),
+        read=node.optional("read", Node.text),
+        write=node.optional("write", Node.text),
+        argument=node.optional("argument", Node.text),
+        position=node.optional("position", _parse_position),
+        values=node.optional("values", _parse_value_map),
+        environment=node.optional("environment", Node.text),
     )
     if spelling.write is not None and spelling.argument is None:
         node.fail("a 'write' function needs the 'argument' it takes the value as")
     if spelling.write is None and (spelling.argument is not None or spelling.values is not None):
         node.fail("'argument' and 'values' describe a 'write' function")
     if spelling.attribute is not None and spelling.module is not None and not spelling.attribute.startswith(spelling.module + "."):
-        fields["module"].fail(f"{spelling.attribute!r} is not an attribute of module {spelling.module!r}")
+        node["module"].fail(f"{spelling.attribute!r} is not an attribute of module {spelling.module!r}")
     return spelling
 
 
-def _parse_position(node: _Node) -> int:
+def _parse_position(node: Node) -> int:
     if not isinstance(node.value, int) or isinstance(node.value, bool) or node.value < 0:
         node.fail("expected a parameter position (0, 1, ...)")
     return node.value
 
 
-def _parse_value_map(node: _Node) -> tuple[tuple[Any, Any], ...]:
+def _parse_value_map(node: Node) -> tuple[tuple[Any, Any], ...]:
     pairs = []
     for item in node.items():
         if not isinstance(item.value, list) or len(item.value) != 2:
             item.fail("expected [argument value, setting value]")
-        pairs.append((_Node(item.value[0], f"{item.path}[0]").scalar(), _Node(item.value[1], f"{item.path}[1]").scalar()))
+        pairs.append((item[0].scalar(), item[1].scalar()))
     return tuple(pairs)
 
 
-def _parse_setting(node: _Node, hazards: Mapping[str, Hazard]) -> Setting:
-    fields = node.fields(
+def _parse_setting(node: Node, hazards: Mapping[str, Hazard]) -> Setting:
+    node.fields(
         ("id", "hazard", "spellings", "enable_determinism"),
         ("default", "safe", "lenient", "risky", "accepted", "matters", "superseded_by", "also_sets", "note"),
     )
-    hazard_id = fields["hazard"].text()
+    hazard_id = node["hazard"].text()
     if hazard_id not in hazards:
-        fields["hazard"].fail(f"no hazard {hazard_id!r}")
-    if "risky" in fields and "accepted" in fields:
+        node["hazard"].fail(f"no hazard {hazard_id!r}")
+    if "risky" in node and "accepted" in node:
         node.fail("give 'risky' values or 'accepted' ones, not both")
     setting = Setting(
-        id=fields["id"].text(),
+        id=node["id"].text(),
         hazard=hazards[hazard_id],
-        spellings=tuple(_parse_spelling(item) for item in fields["spellings"].items()),
-        enable_determinism=fields["enable_determinism"].choice(ENABLE_DETERMINISM),
-        default=_optional(fields, "default", _Node.scalar),
-        safe=_optional(fields, "safe", _Node.scalar),
-        lenient=_optional(fields, "lenient", _Node.scalar),
-        risky=tuple(item.scalar() for item in fields["risky"].items()) if "risky" in fields else (),
-        accepted=tuple(item.scalar() for item in fields["accepted"].items()) if "accepted" in fields else None,
-        matters=_optional(fields, "matters", _parse_matters, Matters()),
-        superseded_by=tuple(item.text() for item in fields["superseded_by"].items()) if "superseded_by" in fields else (),
-        also_sets=tuple(item.text() for item in fields["also_sets"].items()) if "also_sets" in fields else (),
-        note=_optional(fields, "note", _Node.text),
+        spellings=tuple(_parse_spelling(item) for item in node["spellings"].items()),
+        enable_determinism=node["enable_determinism"].choice(ENABLE_DETERMINISM),
+        default=node.optional("default", Node.scalar),
+        safe=node.optional("safe", Node.scalar),
+        lenient=node.optional("lenient", Node.scalar),
+        risky=node.optional("risky", _scalars, ()),
+        accepted=node.optional("accepted", _scalars),
+        matters=node.optional("matters", _parse_matters, Matters()),
+        superseded_by=node.optional("superseded_by", Node.texts, ()),
+        also_sets=node.optional("also_sets", Node.texts, ()),
+        note=node.optional("note", Node.text),
     )
     if not setting.spellings[0].readable and setting.spellings[0].environment is None:
-        fields["spellings"].fail("the first spelling names the setting: an attribute, a getter or a variable")
+        node["spellings"].fail("the first spelling names the setting: an attribute, a getter or a variable")
     if setting.enable_determinism != "never" and setting.safe is None:
         node.fail(f"enable_determinism {setting.enable_determinism!r} needs a 'safe' value")
     if setting.reports and setting.hazard.problem is None:
-        fields["hazard"].fail(f"hazard {hazard_id!r} has no 'problem' to report a risky value with")
+        node["hazard"].fail(f"hazard {hazard_id!r} has no 'problem' to report a risky value with")
     if setting.safe is not None and setting.is_risky(setting.safe):
         node.fail(f"the safe value {setting.safe!r} is also risky")
     return setting
 
 
-def _parse_matters(node: _Node) -> Matters:
-    fields = node.fields((), ("devices", "torch", "requires"))
-    devices = tuple(item.choice(DEVICES) for item in fields["devices"].items()) if "devices" in fields else None
-    return Matters(devices, _optional(fields, "torch", _Node.version_range), _optional(fields, "requires", _Node.text))
+def _scalars(node: Node) -> tuple[Any, ...]:
+    return tuple(item.scalar() for item in node.items())
 
 
-def _parse_namespace(name: str, node: _Node) -> Namespace:
-    fields = node.fields(("attributes",), ("flags", "note"))
-    attributes = frozenset(item.text() for item in fields["attributes"].items())
-    flags = tuple(item.text() for item in fields["flags"].items()) if "flags" in fields else ()
+def _parse_matters(node: Node) -> Matters:
+    node.fields((), ("devices", "torch", "requires"))
+    return Matters(
+        node.optional("devices", lambda devices: devices.choices(DEVICES)),
+        node.optional("torch", Node.version_range),
+        node.optional("requires", Node.text),
+    )
+
+
+def _parse_namespace(name: str, node: Node) -> Namespace:
+    node.fields(("attributes",), ("flags", "note"))
+    attributes = frozenset(node["attributes"].texts())
+    flags = node.optional("flags", Node.texts, ())
     for parameter in set(flags) - attributes:
-        fields["flags"].fail(f"flags() parameter {parameter!r} is not an attribute of {name}")
+        node["flags"].fail(f"flags() parameter {parameter!r} is not an attribute of {name}")
     return Namespace(name, attributes, flags)
 
 
-def _check_references(node: _Node, settings: list[Setting], namespaces: Mapping[str, Namespace]) -> None:
+def _check_references(items: list[Node], settings: list[Setting], namespaces: Mapping[str, Namespace]) -> None:
     """Ids unique and resolvable, legacy settings read after their successors,
-    attributes of listed namespaces listed there."""
+    attributes of listed namespaces listed there (``items``: the settings' nodes)."""
     position = {}
     for index, setting in enumerate(settings):
-        where = _Node(None, f"{node.path}[{index}]")
         if setting.id in position:
-            where.fail(f"duplicate id {setting.id!r}")
+            items[index].fail(f"duplicate id {setting.id!r}")
         position[setting.id] = index
     for index, setting in enumerate(settings):
-        where = _Node(None, f"{node.path}[{index}]")
+        where = items[index]
         for other in (*setting.superseded_by, *setting.also_sets, *filter(None, [setting.matters.requires])):
             if other not in position:
                 where.fail(f"no setting {other!r}")

@@ -5,7 +5,9 @@ different bits depending on the batch it is in (``kind`` "kernel": the
 reduction order follows the shape; "sample-mixing": the result depends on the
 other samples; "random": draws are made for the whole batch), why on each
 device, and the remedies that make them invariant with what they cost.
-Remedies are defined once and referred to by id.
+Remedies are defined once and referred to by id.  The table is checked as it
+is read (``knowledge._json_reader``): a broken one is refused in one line that
+names the JSON path of the problem.
 
 Readers: the batch-invariance report (``detaudit.dynamic.batch.audit``) asks
 :meth:`BatchOpsTable.hint` for a root-cause op; the static rule
@@ -18,18 +20,22 @@ from __future__ import annotations
 
 import functools
 import importlib.util
-import json
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, Callable, Mapping, TypeVar
+
+from detaudit.knowledge._json_reader import Node, TableFormat
 
 SCHEMA_VERSION = 1
 SHIPPED_TABLE = Path(__file__).with_name("batch_variant_ops.json")
 KINDS = ("kernel", "sample-mixing", "random")
 DEVICES = ("cpu", "cuda")
+#: What a behaviour's reason rests on: measured by detaudit's batch fixtures, or read in the sources.
+EVIDENCE = ("measured", "sources")
 
 
 class BatchOpsTableError(ValueError):
-    """The table cannot be read or breaks the schema (one line)."""
+    """The table cannot be read or breaks its format (one line, with the JSON path)."""
 
 
 @dataclass(frozen=True)
@@ -51,7 +57,7 @@ class Remedy:
 class Behaviour:
     devices: tuple[str, ...]
     why: str
-    evidence: str  # "measured" or "sources"
+    evidence: str  # one of EVIDENCE
 
 
 @dataclass(frozen=True)
@@ -104,59 +110,80 @@ class BatchOpsTable:
         return frozenset(marker for remedy in self.remedies for marker in remedy.markers)
 
 
-def _remedy(data: dict) -> Remedy:
-    return Remedy(
-        id=data["id"],
-        how=data["how"],
-        devices=tuple(data["devices"]),
-        cost=data["cost"],
-        source=data["source"],
-        requires=data.get("requires", ""),
-        module=data.get("module", ""),
-        markers=tuple(data.get("markers", ())),
-    )
+# --- reading ----------------------------------------------------------------------
 
 
-def parse_table(data: dict) -> BatchOpsTable:
-    """Validate and build the table; raises BatchOpsTableError with the first problem."""
-    if data.get("schema_version") != SCHEMA_VERSION:
-        raise BatchOpsTableError(f"schema_version must be {SCHEMA_VERSION}, got {data.get('schema_version')!r}")
-    try:
-        remedies = {entry["id"]: _remedy(entry) for entry in data["remedies"]}
-        ops = []
-        for entry in data["ops"]:
-            if entry["kind"] not in KINDS:
-                raise BatchOpsTableError(f"op {entry['id']}: kind must be one of {', '.join(KINDS)}")
-            behaviours = tuple(
-                Behaviour(tuple(b["devices"]), b["why"], b["evidence"]) for b in entry["behaviours"]
-            )
-            unknown = [d for b in behaviours for d in b.devices if d not in DEVICES]
-            if unknown:
-                raise BatchOpsTableError(f"op {entry['id']}: unknown device {unknown[0]!r}")
-            missing = [r for r in entry["remedies"] if r not in remedies]
-            if missing:
-                raise BatchOpsTableError(f"op {entry['id']}: unknown remedy {missing[0]!r}")
-            ops.append(
-                BatchVariantOp(
-                    id=entry["id"],
-                    summary=entry["summary"],
-                    kind=entry["kind"],
-                    aten=tuple(entry["aten"]),
-                    behaviours=behaviours,
-                    remedies=tuple(remedies[r] for r in entry["remedies"]),
-                )
-            )
-    except (KeyError, TypeError) as error:
-        raise BatchOpsTableError(f"malformed batch-variant ops table: missing or wrong field {error}") from None
-    return BatchOpsTable(ops, list(remedies.values()))
+_FORMAT = TableFormat("batch-variant ops table", BatchOpsTableError)
+T = TypeVar("T", Remedy, BatchVariantOp)
+
+
+def parse_table(document: Any, origin: str = "<table>") -> BatchOpsTable:
+    """Validate and build the table; raises BatchOpsTableError naming the JSON path of the first problem."""
+    return _FORMAT.parse(document, origin, _read_table)
 
 
 @functools.lru_cache(maxsize=None)
 def load_batch_ops_table(path: str | None = None) -> BatchOpsTable:
     """The shipped table, or the one at ``path``."""
     source = Path(path) if path else SHIPPED_TABLE
-    try:
-        data = json.loads(source.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as error:
-        raise BatchOpsTableError(f"cannot read batch-variant ops table {source}: {error}") from None
-    return parse_table(data)
+    return parse_table(_FORMAT.load(source), str(source))
+
+
+def _read_table(root: Node) -> BatchOpsTable:
+    root.fields(("schema_version", "torch_versions", "provenance", "remedies", "ops"))
+    root["schema_version"].schema_version(SCHEMA_VERSION)
+    root["torch_versions"].version_range()
+    root["provenance"].fields(("kind", "date", "description"))
+    remedies = _by_id(root["remedies"].items(), _read_remedy)
+    ops = _by_id(root["ops"].items(), lambda node: _read_op(node, remedies))
+    return BatchOpsTable(list(ops.values()), list(remedies.values()))
+
+
+def _by_id(nodes: list[Node], read: Callable[[Node], T]) -> dict[str, T]:
+    """Each entry read, by its id, which no other entry of the list may have."""
+    read_so_far: dict[str, T] = {}
+    for node in nodes:
+        entry = read(node)
+        if entry.id in read_so_far:
+            node["id"].fail(f"duplicate id {entry.id!r}")
+        read_so_far[entry.id] = entry
+    return read_so_far
+
+
+def _read_remedy(node: Node) -> Remedy:
+    node.fields(("id", "how", "devices", "cost", "source"), ("requires", "module", "markers"))
+    return Remedy(
+        id=node["id"].text(),
+        how=node["how"].text(),
+        devices=node["devices"].choices(DEVICES),
+        cost=node["cost"].text(),
+        source=node["source"].text(),
+        requires=node.optional("requires", Node.text, ""),
+        module=node.optional("module", Node.text, ""),
+        markers=node.optional("markers", Node.texts, ()),
+    )
+
+
+def _read_op(node: Node, remedies: Mapping[str, Remedy]) -> BatchVariantOp:
+    node = node.entry("op")  # every message below names the op
+    node.fields(("id", "summary", "kind", "aten", "behaviours", "remedies"))
+    return BatchVariantOp(
+        id=node["id"].text(),
+        summary=node["summary"].text(),
+        kind=node["kind"].choice(KINDS),
+        aten=node["aten"].texts(),
+        behaviours=tuple(_read_behaviour(item) for item in node["behaviours"].items()),
+        remedies=tuple(_remedy_named(item, remedies) for item in node["remedies"].items()),
+    )
+
+
+def _read_behaviour(node: Node) -> Behaviour:
+    node.fields(("devices", "why", "evidence"))
+    return Behaviour(node["devices"].choices(DEVICES), node["why"].text(), node["evidence"].choice(EVIDENCE))
+
+
+def _remedy_named(node: Node, remedies: Mapping[str, Remedy]) -> Remedy:
+    remedy_id = node.text()
+    if remedy_id not in remedies:
+        node.fail(f"unknown remedy {remedy_id!r}")
+    return remedies[remedy_id]

@@ -30,7 +30,8 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from detaudit.knowledge.calibration_recipes import RECIPES, Inputs, Probe
-from detaudit.knowledge.ops import SCHEMA_FILE, OpsTable, alert_caller, parse_ops_table, version_in_range
+from detaudit.knowledge.ops import SCHEMA_FILE, OpsTable, alert_caller, parse_ops_table
+from detaudit.knowledge.versions import version_in_range
 from detaudit.runtime.determinism import deterministic_algorithms_switch
 
 DEFAULT_REPEATS = 5

@@ -15,11 +15,12 @@ folders ``$DETAUDIT_LAYER_TABLES`` names (``os.pathsep``-separated).
 from __future__ import annotations
 
 import functools
-import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator, Mapping
+
+from detaudit.knowledge._json_reader import Node, TableFormat
 
 #: The format this reader understands; bump it when the document changes shape.
 LAYER_TABLE_SCHEMA_VERSION = 1
@@ -36,6 +37,9 @@ _LAYER_KEYS = {"kind", "defined_in", "ops", "draws", "traced"}
 
 class LayerTableError(ValueError):
     """A derived layer table that cannot be used, with the JSON path of the problem."""
+
+
+_FORMAT = TableFormat("layer table", LayerTableError)
 
 
 @dataclass(frozen=True)
@@ -68,59 +72,36 @@ class LayerTable:
 
 def parse_layer_table(document: Any, origin: str = "<document>") -> LayerTable:
     """Validate a derived layer table document; :class:`LayerTableError` names the first problem."""
+    return _FORMAT.parse(document, origin, lambda root: _read_table(root, origin))
 
-    def fail(where: str, problem: str) -> LayerTableError:
-        return LayerTableError(f"bad layer table {origin}: {where}: {problem}")
 
-    def text(value: Any, where: str) -> str:
-        if not isinstance(value, str) or not value.strip():
-            raise fail(where, "expected a non-empty string")
-        return value
-
-    def texts(value: Any, where: str, allowed: tuple[str, ...] | None = None) -> tuple[str, ...]:
-        if not isinstance(value, list):
-            raise fail(where, "expected a list")
-        items = tuple(text(item, f"{where}[{i}]") for i, item in enumerate(value))
-        for i, item in enumerate(items):
-            if allowed is not None and item not in allowed:
-                raise fail(f"{where}[{i}]", f"{item!r} is not one of {', '.join(allowed)}")
-        return items
-
-    if not isinstance(document, dict):
-        raise fail("top level", "expected an object")
-    unknown = set(document) - _TOP_KEYS
-    missing = _TOP_KEYS - set(document)
-    if unknown or missing:
-        raise fail("top level", f"unknown key {sorted(unknown)[0]!r}" if unknown else f"missing key {sorted(missing)[0]!r}")
-    version = document["schema_version"]
+def _read_table(root: Node, origin: str) -> LayerTable:
+    root.fields(optional=_TOP_KEYS)
+    missing = sorted(_TOP_KEYS - set(root.value))
+    if missing:
+        root.fail(f"missing key {missing[0]!r}")
+    version = root["schema_version"].value
     if isinstance(version, bool) or not isinstance(version, int) or not 1 <= version <= LAYER_TABLE_SCHEMA_VERSION:
-        raise fail("schema_version", f"expected an integer from 1 to {LAYER_TABLE_SCHEMA_VERSION}")
-    package = text(document["package"], "package")
-    package_version = text(document["package_version"], "package_version")
-    torch_version = text(document["torch_version"], "torch_version")
-    modules = texts(document["modules"], "modules")
-    raw_layers = document["layers"]
-    if not isinstance(raw_layers, dict):
-        raise fail("layers", "expected an object")
+        root["schema_version"].fail(f"expected an integer from 1 to {LAYER_TABLE_SCHEMA_VERSION}")
+    package = root["package"].text()
+    package_version = root["package_version"].text()
+    torch_version = root["torch_version"].text()
+    modules = root["modules"].texts(empty_ok=True)
     layers = []
-    for name, raw in raw_layers.items():
-        where = f"layers.{name}"
+    for name, node in root["layers"].entries(empty_ok=True):
         if not name.startswith(f"{package}."):
-            raise fail(where, f"not a name in package {package!r}")
-        if not isinstance(raw, dict) or set(raw) != _LAYER_KEYS:
-            raise fail(where, f"expected an object with keys {', '.join(sorted(_LAYER_KEYS))}")
-        if not isinstance(raw["traced"], bool):
-            raise fail(f"{where}.traced", "expected true or false")
-        if raw["kind"] not in LAYER_KINDS:
-            raise fail(f"{where}.kind", f"{raw['kind']!r} is not one of {', '.join(LAYER_KINDS)}")
+            node.fail(f"not a name in package {package!r}")
+        if not isinstance(node.value, dict) or set(node.value) != _LAYER_KEYS:
+            node.fail(f"expected an object with keys {', '.join(sorted(_LAYER_KEYS))}")
+        traced = node["traced"].boolean()
         layers.append(
             DerivedLayer(
                 name=name,
-                kind=raw["kind"],
-                defined_in=text(raw["defined_in"], f"{where}.defined_in"),
-                ops=texts(raw["ops"], f"{where}.ops"),
-                draws=texts(raw["draws"], f"{where}.draws", DRAW_PHASES),
-                traced=raw["traced"],
+                kind=node["kind"].choice(LAYER_KINDS),
+                defined_in=node["defined_in"].text(),
+                ops=node["ops"].texts(empty_ok=True),
+                draws=node["draws"].choices(DRAW_PHASES, empty_ok=True),
+                traced=traced,
                 package=package,
                 package_version=package_version,
             )
@@ -148,13 +129,7 @@ def layer_table_stamps() -> list[str]:
 
 
 def load_layer_table(path: Path) -> LayerTable:
-    try:
-        document = json.loads(path.read_text(encoding="utf-8"))
-    except OSError as error:
-        raise LayerTableError(f"cannot read layer table {path}: {error.strerror}") from None
-    except ValueError as error:
-        raise LayerTableError(f"bad layer table {path}: not JSON ({error})") from None
-    return parse_layer_table(document, str(path))
+    return parse_layer_table(_FORMAT.load(path), str(path))
 
 
 class DerivedLayers:

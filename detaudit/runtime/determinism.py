@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
 
 from detaudit.knowledge.backend_settings import Setting, backend_settings
-from detaudit.knowledge.ops import version_in_range
+from detaudit.knowledge.versions import version_in_range
 from detaudit.runtime import DeterminismWarning
 from detaudit.runtime.seeding import check_seed, seed_everything
 from detaudit.runtime.settings import Access, access, environment_value, environment_writer, exists, torch_attribute

@@ -33,7 +33,7 @@ import sys
 from typing import Any, Callable, Iterable
 
 from detaudit.knowledge.backend_settings import Setting, backend_settings
-from detaudit.knowledge.ops.versions import version_in_range
+from detaudit.knowledge.versions import version_in_range
 from detaudit.launch.child_settings import CHILD_SETTINGS
 from detaudit.runtime.settings import reader
 

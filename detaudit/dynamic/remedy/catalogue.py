@@ -29,7 +29,7 @@ from typing import Any, Iterable, Mapping
 
 from detaudit.dynamic.compare.causes import CAUSE_KINDS, NONDETERMINISTIC_OP
 from detaudit.knowledge.backend_settings import Setting, backend_settings
-from detaudit.knowledge.ops import version_in_range
+from detaudit.knowledge.versions import version_in_range
 from detaudit.launch.child_settings import PasteContext, child_setting, paste_settings
 
 

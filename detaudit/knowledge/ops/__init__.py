@@ -1,8 +1,14 @@
-"""The knowledge base of nondeterministic PyTorch ops.
+"""The knowledge base of nondeterministic PyTorch ops: ``model`` (the typed
+entries), ``loading`` (which table, JSON to model in one validating pass) and
+``matching`` (the indexed table and its queries), re-exported here.  These
+modules import only the standard library and, from detaudit,
+``knowledge._json_reader``, ``knowledge.versions`` and
+``knowledge.backend_settings`` (an entry names settings of that table); never
+torch or numpy, since the static linter imports this package.
 
 The facts live in ``detaudit/knowledge/nondeterministic_ops.json`` (format:
 ``nondeterministic_ops.schema.json`` next to it), or in a table written by
-``detaudit calibrate``; this package reads them.  Three users:
+``detaudit calibrate``.  Three users:
 
 * the static rule ``nondeterministic-op`` asks :meth:`OpsTable.match_call`
   whether a call site reaches a listed op, with the literal arguments it saw;
@@ -10,11 +16,8 @@ The facts live in ``detaudit/knowledge/nondeterministic_ops.json`` (format:
   the entry behind a root-cause aten op, and prints :meth:`OpEntry.hint`;
 * ``detaudit ops`` / ``detaudit calibrate`` print and rebuild the table.
 
-Modules: ``model`` (the typed entries), ``loading`` (which table, JSON to
-model in one validating pass), ``matching`` (the indexed table and its
-queries), ``versions`` (torch version ranges).  Which table is read: an
-explicit path, else ``$DETAUDIT_OPS_TABLE``, else the shipped one.  The static
-linter imports this package, so it must never import torch or numpy.
+Which table is read: an explicit path, else ``$DETAUDIT_OPS_TABLE``, else the
+shipped one.
 """
 
 from detaudit.knowledge.ops.loading import (
@@ -37,7 +40,6 @@ from detaudit.knowledge.ops.model import (
     Param,
     Spelling,
 )
-from detaudit.knowledge.ops.versions import installed_torch_version, version_in_range
 
 __all__ = [
     "DETERMINISTIC_MODES",
@@ -58,8 +60,6 @@ __all__ = [
     "Param",
     "Spelling",
     "alert_caller",
-    "installed_torch_version",
     "load_ops_table",
     "parse_ops_table",
-    "version_in_range",
 ]

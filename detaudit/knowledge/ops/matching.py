@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterator, Mapping
 
 from detaudit.knowledge.ops.model import MISSING, Behaviour, Condition, HasBehaviours, OpEntry, Spelling
-from detaudit.knowledge.ops.versions import has_upper_bound, installed_torch_version
+from detaudit.knowledge.versions import has_upper_bound, installed_torch_version
 
 # The text torch puts after the caller name in a nondeterminism alert.
 _ALERT_MARKER = " does not have a deterministic implementation"

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping
 
-from detaudit.knowledge.ops.versions import version_in_range
+from detaudit.knowledge.versions import version_in_range
 
 DEVICES = ("cpu", "cuda")
 PHASES = ("forward", "backward")

@@ -32,7 +32,7 @@ from detaudit.knowledge.backend_settings import backend_settings
 from detaudit.knowledge.layers import DerivedLayer, derived_layers
 from detaudit.knowledge.ops import UNKNOWN, CallArguments, OpMatch, OpsTable, load_ops_table
 from detaudit.knowledge.ops.model import Spelling
-from detaudit.knowledge.ops.versions import installed_torch_version
+from detaudit.knowledge.versions import installed_torch_version
 from detaudit.static.engine.facts import CallFact, FileFacts
 from detaudit.static.engine.walk import child_nodes
 

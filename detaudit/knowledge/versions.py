@@ -1,6 +1,7 @@
-"""Torch version strings and the version ranges the ops table uses (``>=2.11,<2.13``).
+"""Torch version strings and the version ranges the knowledge tables use (``>=2.11,<2.13``).
 
-A leaf module: the model, the loader and the matcher all compare versions.
+A leaf module: the ops table and the settings table both write ranges, and
+their readers, models and users compare versions against them.
 """
 
 from __future__ import annotations
