@@ -179,3 +179,24 @@ def test_a_script_that_uses_inference_mode_is_audited_not_broken(capsys, tmp_pat
     code, out, err = _run(capsys, script, "--repeats", "2")
     assert code == 0, err
     assert out.startswith("deterministic: 2 runs")
+
+
+def test_a_script_that_compiles_is_told_its_compiled_regions_ran_eagerly(capsys, tmp_path):
+    script = tmp_path / "compiles.py"
+    script.write_text(
+        "import torch\n"
+        "torch.manual_seed(0)\n"
+        "model = torch.nn.Linear(4, 2)\n"
+        "step = torch.compile(lambda x: model(x).sum(), backend='eager')\n"
+        "model.compile(backend='eager')\n"
+        "optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "for _ in range(2):\n"
+        "    optimizer.zero_grad()\n"
+        "    step(torch.ones(3, 4)).backward()\n"
+        "    optimizer.step()\n"
+    )
+    code, out, err = _run(capsys, script, "--repeats", "2", "--format", "json")
+    assert code == 0, err
+    [warning] = [w for w in json.loads(out)["warnings"] if "compiles" in w]
+    assert f"torch.compile at {script}:4, Module.compile at {script}:5" in warning
+    assert "compiled regions run eagerly" in warning

@@ -188,6 +188,7 @@ def audit_script(
         warnings.insert(0, _no_step_warning(len(traces[0].ops), len(states[0])))
     if variation:
         warnings.extend(_variation_warnings(report.variation, results, cwd))
+    warnings.extend(_compile_warnings(results[0].payload))
     report.warnings = warnings
     return report
 
@@ -258,6 +259,20 @@ def _variation_warnings(variation: dict, results: list[ScriptResult], cwd: str |
     if len(set(map(str, ran))) == 1:
         message += f"; every run ran with {ran[0]}, so the runs compared no {variation['vary']} at all"
     return [message]
+
+
+def _compile_warnings(payload: dict) -> list[str]:
+    """Say so when the script compiled something: while a dispatch mode is
+    active dynamo compiles nothing, so the runs compared its eager code."""
+    calls = payload.get("compile_calls")
+    if not calls:
+        return []
+    where = ", ".join(f"{call['call']} at {call['path']}:{call['line']}" for call in calls)
+    return [
+        f"the script compiles ({where}), but under detaudit's tracer compiled regions run eagerly: this verdict "
+        "is the eager code's. Inductor's kernels round differently from eager and can vary from run to run; "
+        "compare plain compiled runs with `detaudit variance SCRIPT --deterministic`"
+    ]
 
 
 def _relative(path: str, cwd: str | None) -> str:
@@ -354,5 +369,5 @@ def audit_distributed(
     report = merge_ranks(reports, traces, replicas, early_reads)
     report.steps_run = [run.ranks[0].payload["steps"] for run in runs]
     report.strict = strict
-    report.warnings = warnings
+    report.warnings = warnings + _compile_warnings(runs[0].ranks[0].payload)
     return report

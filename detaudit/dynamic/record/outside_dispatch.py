@@ -9,7 +9,10 @@ tensor data that dispatch no aten op (``PYTHON_READS``: ``tolist``,
 (``OpTracer.note_python_read``), so every value that leaves the trace for
 Python is seen.  A tensor received from another process is rebuilt whenever
 the data happens to arrive, so the rebuilding runs untraced: the tensor
-enters the trace as an external input where it is first read.
+enters the trace as an external input where it is first read.  Calls of
+``torch.compile`` (and ``nn.Module.compile``) are noted with their line
+(``OpTracer.note_compile``): while the tracer's mode is active dynamo
+compiles nothing, so the report says that compiled regions ran eagerly.
 """
 
 from __future__ import annotations
@@ -61,6 +64,7 @@ class OutsideDispatch:
         self._patch_rng_setters()
         self._patch_receivers()
         self._patch_python_reads()
+        self._patch_compile()
 
     def remove(self) -> None:
         while self.patched:
@@ -91,6 +95,24 @@ class OutsideDispatch:
             original = getattr(owner, attribute)
             self.patched.append((owner, attribute, original))
             setattr(owner, attribute, self._recording_read(call, original))
+
+    def _patch_compile(self) -> None:
+        for owner, attribute, call in ((torch, "compile", "torch.compile"), (torch.nn.Module, "compile", "Module.compile")):
+            original = getattr(owner, attribute, None)
+            if original is not None:
+                self.patched.append((owner, attribute, original))
+                setattr(owner, attribute, self._noting_compile(call, original))
+
+    def _noting_compile(self, call: str, original):
+        tracer = self.tracer
+
+        @functools.wraps(original)
+        def noting(*args, **kwargs):
+            if not tracer.paused:
+                tracer.note_compile(call, sys._getframe(1))
+            return original(*args, **kwargs)
+
+        return noting
 
     def _recording_read(self, call: str, original):
         tracer = self.tracer

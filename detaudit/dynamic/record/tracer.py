@@ -274,6 +274,7 @@ class OpTracer:
         self._out_meta: dict[tuple, str] = {}  # (dtype, shape) -> "float32[2, 3]"
         self._device_digests = DeviceDigests()
         self.rng_events: list[RngEvent] = []  # calls that set the generator state
+        self.compile_calls: dict[tuple, None] = {}  # (call, file, line) of torch.compile calls, in order, once each
         self._outside_dispatch = OutsideDispatch(self)  # RNG setters, receivers, Python reads
         self.capture_ops = set(capture_ops)
         self.sampled_ops = set(sampled_ops)  # of capture_ops: keep only a sample of the outputs (output_sample)
@@ -358,6 +359,10 @@ class OpTracer:
                 state=state,
             )
         )
+
+    def note_compile(self, call: str, caller) -> None:
+        frame = user_frame(caller)
+        self.compile_calls[(call, frame.f_code.co_filename if frame else "", frame.f_lineno if frame else 0)] = None
 
     # -- reads outside the dispatcher ----------------------------------------
     def note_python_read(self, call: str, tensors: list) -> None:
@@ -716,6 +721,11 @@ class OpTracer:
             files["early_reads"] = [
                 {**dict(zip(EARLY_READ_FIELDS, read)), "path": read[2].removeprefix(cwd)}
                 for read in self.communications.early_reads
+            ]
+        if self.compile_calls:
+            cwd = os.getcwd() + os.sep
+            files["compile_calls"] = [
+                {"call": call, "path": path.removeprefix(cwd), "line": line} for call, path, line in self.compile_calls
             ]
         if self.captured:
             capture_file = Path(output_dir) / "capture.pt"
