@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from detaudit.cli import main
+from detaudit.dynamic.compare.causes import CAUSE_KINDS
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "dynamic"
 
@@ -67,3 +68,10 @@ def test_a_python_value_passed_to_an_op_is_its_own_kind(capsys, monkeypatch):
     [cause] = report["root_causes"]
     assert code == 1 and (cause["kind"], cause["code"], cause["line"]) == ("python-value", "DYN008", 13)
     assert cause["op"] == "aten.select.int" and cause["max_abs_diff"] > 0  # the rows it selected differ
+
+
+def test_every_root_cause_in_json_carries_the_hint_the_text_prints(capsys):
+    code = main(["run", str(FIXTURES / "rng_reseed.py"), "--repeats", "2", "--format", "json"])
+    [cause] = json.loads(capsys.readouterr().out)["root_causes"]
+    assert code == 1 and cause["kind"] == "rng"
+    assert cause["hint"] == CAUSE_KINDS["rng"].fix_hint  # a kind without a hint of its own: the kind's

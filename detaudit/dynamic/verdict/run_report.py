@@ -65,9 +65,15 @@ class RootCause:
     def latent(self) -> bool:
         return self.effect == LATENT
 
+    @property
+    def fix(self) -> str:
+        """What to do: its own hint (the ops table's, for a known op), else its kind's."""
+        return self.hint or self.kind.fix_hint
+
     def to_dict(self) -> dict:
         data = asdict(self)
         data["code"] = self.code
+        data["hint"] = self.fix  # what the text and the findings say too
         if not self.ranks:
             data.pop("ranks")
         if self.other_side is None:
@@ -204,7 +210,7 @@ class RunReport:
                     message=cause.message(),
                     path=cause.path or self.target,
                     line=cause.line,
-                    fix_hint=cause.hint or kind.fix_hint,
+                    fix_hint=cause.fix,
                     details={
                         "kind": cause.kind,
                         "op": cause.op,
@@ -251,7 +257,7 @@ class RunReport:
                 ))
             console.print(table)
             for cause in self.root_causes:
-                details = [cause.hint or cause.kind.fix_hint]
+                details = [cause.fix]
                 if cause.other_side is not None:
                     details.insert(0, cause.other_side.describe())
                 console.print(f"  {cause.path}:{cause.line} {cause.op}: " + " ".join(details), highlight=False, markup=False)
