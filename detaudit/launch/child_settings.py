@@ -151,12 +151,12 @@ def _paste_backend_settings(values: Mapping[str, Any], context: PasteContext) ->
     from detaudit.knowledge.backend_settings import backend_settings
 
     table = backend_settings()
-    written = [setting_code(table[i], value, context.torch_version) for i, value in values.items()]
+    written = [_setting_code(table[i], value, context.torch_version) for i, value in values.items()]
     written.sort(key=lambda pair: pair[0] != "import os")  # variables first: CUDA reads them when it starts
     return Pasted(tuple(imported for imported, _ in written), tuple(statement for _, statement in written))
 
 
-def setting_code(setting, value: Any, torch_version: str | None) -> tuple[str, str]:
+def _setting_code(setting, value: Any, torch_version: str | None) -> tuple[str, str]:
     """(import, statement) that set a backend ``setting`` to ``value`` on this torch, as its table spells it."""
     from detaudit.runtime.settings import environment_value
 
