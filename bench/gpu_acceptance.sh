@@ -202,7 +202,11 @@ lane_audits() {
 SUMMARY="$WORK/lane0.summary" step "build the compiled op recorder" 120 "$PYTHON" -c '
 from detaudit.dynamic.record import native
 print("compiled recorder:", native.build() or "not built (the tracer records in Python)")
-import torch; print("loaded:", native.load() is not None)'
+import torch
+print("loaded:", native.load() is not None, native.unavailable_reason())
+log = native.failed_build(native.library_path()) if native.library_path() else None
+if log is not None:
+    print("".join(open(log).readlines()[-30:]))'
 
 SUMMARY="$WORK/lane1.summary" lane_tests_and_calibration >"$WORK/lane1.log" 2>&1 &
 LANE1=$!

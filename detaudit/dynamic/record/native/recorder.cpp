@@ -26,7 +26,8 @@
 #include <c10/core/GradMode.h>
 #include <c10/util/SmallVector.h>
 #include <torch/csrc/DynamicTypes.h>
-#include <torch/csrc/autograd/node.h>
+// function.h, not node.h: torch 2.11 (seen on the GPU machine) defines Node there and has no node.h
+#include <torch/csrc/autograd/function.h>
 #include <torch/csrc/autograd/python_variable.h>
 
 #include <dlfcn.h>
@@ -109,7 +110,10 @@ struct OpInfo {
   bool is_allocation, is_seeded, is_view, flat_args, single_result, untraced, python_only, returns_python;
   std::vector<std::pair<Py_ssize_t, Ref>> written_args, unread_args;  // (position, keyword name)
 };
-std::unordered_map<PyObject*, OpInfo> op_infos;
+// Never destroyed: its Refs would be released by the C runtime's exit, after the
+// interpreter has finalized (a segfault at every traced process's exit, seen with
+// Python 3.12 on the GPU machine).
+std::unordered_map<PyObject*, OpInfo>& op_infos = *new std::unordered_map<PyObject*, OpInfo>;
 
 bool truthy_attr(PyObject* object, PyObject* name, bool* value) {
   Ref attribute(PyObject_GetAttr(object, name));
