@@ -55,7 +55,7 @@ def test_ddp_control_is_deterministic_on_every_rank(capsys):
 @pytest.mark.slow
 def test_receive_from_any_source_is_localized_to_the_recv_on_rank_0(capsys):
     script = FIXTURES / "recv_any_source.py"
-    code, report, _ = _audit(capsys, script, "--nproc-per-node", "3", "--steps", "8")
+    code, report, _ = _audit(capsys, script, "--nproc-per-node", "3", "--steps", "12")
     assert code == 1 and report["verdict"] == "nondeterministic"
     [cause] = report["root_causes"]
     assert (cause["kind"], cause["code"], cause["ranks"]) == ("collective", "DYN020", [0])
