@@ -133,9 +133,14 @@ def load_tracer(checkout: Path) -> tuple[type, type]:
         try:
             tracer_module = importlib.import_module("detaudit.dynamic.record.tracer")
             watch_module = importlib.import_module("detaudit.launch.watcher")
+            native_module = importlib.import_module("detaudit.dynamic.record.native")
         except ModuleNotFoundError:  # a checkout from before dynamic/ had sub-packages
             tracer_module = importlib.import_module("detaudit.dynamic.tracer")
             watch_module = importlib.import_module("detaudit.dynamic.watch")
+            native_module = importlib.import_module("detaudit.dynamic.native")
+        # its compiled recorder is loaded now, while its modules are the ones imported: the loader
+        # of a checkout from before the move imports its tracer when it first loads
+        native_module.load()
     finally:
         sys.path.remove(str(checkout))
         for name in loaded():
