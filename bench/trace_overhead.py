@@ -18,10 +18,13 @@ the same load.  Not a test: timings depend on the machine.
 valgrind's callgrind counts the instructions of one process per side
 (plain, the floor, traced, and the baseline's tracer) that runs the warm-up
 and then 1 or 4 steps, and the difference of the two counts is what 3 steps
-cost (with the objects made before them frozen, so that no full garbage
-collection in one count and not the other walks them).  The added instructions per op do not move with the machine's load,
-unlike times on a shared machine (about 2 minutes a process: ``import torch``
-under callgrind).
+cost.  The garbage collector is off during the steps, and NumPy's OpenBLAS has
+one thread: a collection falls at other ops in two versions of the code (one
+full collection adds tens of thousands of instructions per op on 10 layers), and
+OpenBLAS's idle thread spins for as long as the process runs; either one swamped
+a change's effect.  The added instructions per op do not move with the
+machine's load, unlike times on a shared machine (about 2 minutes a process:
+``import torch`` under callgrind).
 
 Plain and traced steps alternate in short blocks (a fresh watcher and tracer
 per traced block) and the ratio is the median of the per-block ratios, so a
@@ -222,7 +225,7 @@ trainer = bench.Trainer(bench.MODELS[model], torch.device("cpu"))
 for _ in range(2):
     trainer.step_seconds()
 gc.collect()
-gc.freeze()  # a full collection walking torch's objects in one count and not the other would swamp the steps
+gc.disable()  # see the module's docstring: the count is the steps' own work
 if side == "plain":
     for _ in range(1 + steps):
         trainer.step_seconds()
@@ -242,6 +245,7 @@ def counted_instructions(model: str, side: str, steps: int, baseline: Path | Non
             ["valgrind", "--tool=callgrind", f"--callgrind-out-file={counts}", sys.executable, "-c",
              _COUNTED.format(bench=str(Path(__file__).resolve().parent)), model, side, str(steps), str(baseline or "")],
             check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            env={**os.environ, "OPENBLAS_NUM_THREADS": "1"},  # no idle BLAS thread spinning in the count
         )
         summary = next(line for line in counts.read_text().splitlines() if line.startswith("summary:"))
     return int(summary.split()[1])
