@@ -27,6 +27,7 @@ from detaudit.dynamic.record.features import SaveFinalState, Tracing
 from detaudit.dynamic.runner import audit_script
 from detaudit.launch.options import LaunchOptions
 from detaudit.launch.process import EXIT_GRACE_SECONDS, OUTPUT_TAIL_BYTES, run_script
+from interrupting import ctrl_c_not_ignored
 
 ROOT = Path(__file__).resolve().parents[1]
 FAULTS = ROOT / "fixtures" / "dynamic" / "faults"
@@ -283,9 +284,15 @@ def test_torch_compile_is_audited(capsys):
 
 
 # -- Ctrl-C ------------------------------------------------------------------------
-def _interrupt_when_started(command: list[str], pid_dir: Path, runs: int) -> tuple[subprocess.Popen, str, list[int]]:
+def _run_pids(pid_dir: Path) -> list[int]:
+    """The pids hang_with_child.py wrote: each run's main process (its group's leader), then its child."""
+    return [int(pid) for path in pid_dir.iterdir() if path.name[0].isdigit() for pid in path.name.split()]
+
+
+def _interrupt_when_started(command: list[str], pid_dir: Path, runs: int) -> tuple[subprocess.Popen, str]:
     """Start detaudit, wait until ``runs`` runs of hang_with_child.py are up,
-    press Ctrl-C; returns the finished process, its output and the pids of the runs."""
+    press Ctrl-C; returns the finished process and its output.  The caller
+    kills what the runs wrote in ``pid_dir``, whether the test passes or not."""
     process = subprocess.Popen(
         [sys.executable, "-m", "detaudit", *command],
         cwd=pid_dir,
@@ -293,23 +300,19 @@ def _interrupt_when_started(command: list[str], pid_dir: Path, runs: int) -> tup
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
+        preexec_fn=ctrl_c_not_ignored,
     )
-    pids: list[int] = []
     try:
         deadline = time.monotonic() + 180  # starting torch is slow on a loaded machine
-        while time.monotonic() < deadline:
-            started = [path.name for path in pid_dir.iterdir() if path.name[0].isdigit()]
-            if len(started) == runs:
-                pids = [int(pid) for name in started for pid in name.split()]
-                break
+        while len(_run_pids(pid_dir)) < 2 * runs and time.monotonic() < deadline:
             time.sleep(0.2)
-        assert pids, "the runs never started"
+        assert len(_run_pids(pid_dir)) == 2 * runs, "the runs never started"
         process.send_signal(signal.SIGINT)
         output, _ = process.communicate(timeout=60)
-    finally:  # never leave hanging processes behind, even when the test fails
+    finally:  # never leave detaudit running, even when the test fails
         process.kill()
         process.wait()
-    return process, output, pids
+    return process, output
 
 
 @pytest.mark.parametrize(
@@ -317,16 +320,20 @@ def _interrupt_when_started(command: list[str], pid_dir: Path, runs: int) -> tup
     [
         (["run", str(FAULTS / "hang_with_child.py"), "--", "."], 1),
         (["variance", str(FAULTS / "hang_with_child.py"), "--runs", "2", "--jobs", "2", "--out", "study", "--", "."], 2),
+        (["instability", str(FAULTS / "hang_with_child.py"), "--jobs", "2", "--out", "study", "--", "."], 2),
+        (["run", str(FAULTS / "hang_with_child.py"), "--remedy", "--", "."], 1),
+        (["run", "--nproc-per-node", "2", str(FAULTS / "hang_with_child.py"), "--", "."], 2),
     ],
-    ids=["run", "variance"],
+    ids=["run", "variance", "instability", "remedy", "nproc-per-node"],
 )
 def test_ctrl_c_leaves_no_process_of_the_run(tmp_path, command, runs):
-    process, output, pids = _interrupt_when_started(command, tmp_path, runs)
-    groups = pids[::2]  # each run's main process leads its process group
     try:
+        process, output = _interrupt_when_started(command, tmp_path, runs)
+        pids = _run_pids(tmp_path)
+        groups = pids[::2]  # each run's main process leads its process group
         assert process.returncode == 130, output
         assert "interrupted" in output
         _assert_gone(pids)
         assert not [pid for group in groups for pid in _group_members(group)]
-    finally:
-        _kill_all(pids)
+    finally:  # whatever failed, nothing the runs started outlives the test
+        _kill_all(_run_pids(tmp_path))

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from detaudit.cli import build_parser, main
+from interrupting import ctrl_c_not_ignored
 
 FIXTURE = str(Path(__file__).resolve().parents[1] / "fixtures" / "stats" / "train_tiny.py")
 
@@ -104,6 +105,7 @@ def test_ctrl_c_stops_running_scripts_at_once(tmp_path):
     process = subprocess.Popen(
         [sys.executable, "-m", "detaudit", "variance", str(hang), "--runs", "2", "--jobs", "2", "--out", str(tmp_path / "s")],
         cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(repo)}, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        preexec_fn=ctrl_c_not_ignored,
     )
     children: list[int] = []
     deadline = time.monotonic() + 120

@@ -256,7 +256,7 @@ def kill_process_group(group: int) -> None:
         return
     deadline = time.monotonic() + _KILL_WAIT_SECONDS
     pause = 0.002
-    while _group_has_live_process(group) and time.monotonic() < deadline:
+    while group_has_live_process(group) and time.monotonic() < deadline:
         time.sleep(pause)
         pause = min(pause * 2, 0.05)
 
@@ -265,7 +265,7 @@ def kill_process_group(group: int) -> None:
 _KILL_WAIT_SECONDS = 10.0
 
 
-def _group_has_live_process(group: int) -> bool:
+def group_has_live_process(group: int) -> bool:
     """Whether a process of the group is still running or exiting (zombies
     are dead: they wait only for their parent to read their status).  Reads
     /proc; without it (macOS) the kill is taken as done."""

@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Sequence
 
 from detaudit.launch.options import LaunchOptions
-from detaudit.launch.process import ScriptResult, kill_process_group, run_script
+from detaudit.launch.process import ScriptResult, group_has_live_process, kill_process_group, run_script
 
 #: how long the ranks get to write their stacks after SIGUSR1
 _STACK_DUMP_SECONDS = 1.0
@@ -142,15 +142,23 @@ def run_distributed(
 def _kill_rank_groups(output_dir: Path, ranks: range) -> None:
     """torchrun starts each rank in a session of its own, out of reach of
     the kill of torchrun's group: kill each rank's group (its own children
-    with it) while it is still a bootstrap of this run.  (The bootstrap also
-    asks Linux to kill a rank whose torchrun died: ``enter_rank_folder``.)"""
+    with it).  The group is the run's while its leader is a bootstrap of
+    this run, or, once the leader is gone (killed with its torchrun: the
+    bootstrap asks Linux for that in ``enter_rank_folder``), while any process
+    is left in it: a group's id is not given to a new process while the
+    group has members, so those are the rank's children."""
     for rank in ranks:
         try:
             pid = int((output_dir / f"rank{rank}" / "pid").read_text())
-            command = Path(f"/proc/{pid}/cmdline").read_bytes()
-        except (OSError, ValueError):  # never started, gone, or no /proc: nothing known to kill
+        except (OSError, ValueError):  # never started: nothing known to kill
             continue
-        if b"detaudit.launch.bootstrap" in command:
+        try:
+            command = Path(f"/proc/{pid}/cmdline").read_bytes()
+        except OSError:
+            command = b""
+        # gone (or a zombie): what is left in its group is its children; alive: ours if a bootstrap
+        ours = b"detaudit.launch.bootstrap" in command if command else group_has_live_process(pid)
+        if ours:
             kill_process_group(pid)
 
 

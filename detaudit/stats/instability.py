@@ -10,6 +10,7 @@ unstable: any nondeterminism, however small, costs as much as a new seed
 
 from __future__ import annotations
 
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -60,8 +61,11 @@ def run_probe(
     metrics and state compared (every rank moves the same weight by one ULP)."""
     from detaudit.dynamic.record.features import SaveFinalState
     from detaudit.launch.options import LaunchOptions
+    from detaudit.launch.process import terminate_all
     from detaudit.stats.perturbation import PerturbOneUlp
     from detaudit.stats.runner import run_settings
+
+    cancel = threading.Event()  # set on Ctrl-C: a run that starts after it kills itself
 
     def one(variant: str) -> ProbeRun:
         run = ProbeRun(variant, reseed if variant == RESEED else seed)
@@ -74,7 +78,8 @@ def run_probe(
             features=(SaveFinalState(), *((PerturbOneUlp(perturb_seed),) if variant == ONE_ULP else ())),
         )
         result, outputs = launch(
-            script, script_args, folder / variant.replace(" ", "-"), options, timeout, distributed=distributed
+            script, script_args, folder / variant.replace(" ", "-"), options, timeout, cancel=cancel,
+            distributed=distributed,
         )
         run.status = run_status(result, outputs, require_metrics=False)
         run.metrics, run.history, run.predictions = outputs.final, outputs.history, outputs.predictions
@@ -88,7 +93,13 @@ def run_probe(
         return run
 
     with progress, ThreadPoolExecutor(max_workers=max(1, min(jobs, len(VARIANTS)))) as pool:
-        return dict(zip(VARIANTS, pool.map(one, VARIANTS)))
+        futures = [pool.submit(one, variant) for variant in VARIANTS]
+        try:
+            return dict(zip(VARIANTS, (future.result() for future in futures)))
+        except BaseException:  # Ctrl-C reaches this thread only: kill the runs in the workers, start none
+            cancel.set()
+            terminate_all()
+            raise
 
 
 def trained_parameters(state_file: Path) -> dict:
