@@ -149,6 +149,10 @@ class TrainingWatcher:
         if self._module_stack:
             self._module_stack.pop()
 
+    def module_name(self, module: torch.nn.Module) -> str | None:
+        """``model.fc``: the module's name, once it or a module holding it has run."""
+        return self._module_names.get(id(module))
+
     def add_root(self, module: torch.nn.Module, name: str) -> str:
         taken = {root_name for root_name, _ in self.roots}
         unique, n = name, 1

@@ -8,8 +8,9 @@ and each step imports what it runs in the child:
   ``capture_ops`` save those records' tensors; with ``keep_first_steps`` /
   ``compare_with`` keep the tensors a comparison with run 1 needs
   (``online_capture.py``);
-* ``ReplicaDigests``: digest the state at every step boundary, for the
-  cross-rank check of a distributed run (``detaudit.dynamic.verdict.ranks``);
+* ``ReplicaDigests``: digest what the ranks must hold alike, where each
+  parallelism makes it alike (``replicas.py``), for the cross-rank check of
+  a distributed run (``detaudit.dynamic.verdict.ranks``);
 * ``SaveFinalState``: save the final state with its digests (``final_state.py``).
 """
 
@@ -63,43 +64,30 @@ class Tracing(ChildFeature):
 
 @dataclass
 class ReplicaDigests(ChildFeature):
-    """Digest of every tensor of the state that data-parallel ranks must hold
-    alike (parameters, buffers, gradients, optimizer state: all but the loss)
-    as the first step starts and at the end of every step."""
+    """Digests of what the ranks of a data-parallel run must hold alike, at
+    each step boundary and where each parallelism makes them alike
+    (``replicas.py``), with a note of what was compared."""
 
     key: ClassVar[str] = "replicas"
 
     def prepare(self, session) -> None:
-        self.digests = session.payload["replica_digests"] = []
+        from detaudit.dynamic.record.replicas import ReplicaRecorder
+
+        self.recorder = ReplicaRecorder(session.watcher, session.untraced)
+        session.payload["replica_digests"] = self.recorder.boundaries
+        session.payload["replica_notes"] = self.recorder.notes
         self.started = False
 
     def before_step(self, session, optimizer) -> None:
         if not self.started:  # the replicas as they start training (step 0): no gradient yet
             self.started = True
-            self.digests.append(self._digests(session, trained=False))
+            self.recorder.record_boundary(trained=False)
 
     def after_step(self, session) -> None:
-        self.digests.append(self._digests(session))
+        self.recorder.record_boundary()
 
-    @staticmethod
-    def _digests(session, trained: bool = True) -> dict[str, int]:
-        """Before the first update (``trained=False``) the parameters and
-        buffers only: the first step's gradients are still being averaged.
-        Tensors of a subclass are left out: sharded ones (DTensor, FSDP's
-        FlatParameter) differ across ranks by design."""
-        import torch
-
-        from detaudit.dynamic.record.digests import host_digest
-        from detaudit.dynamic.record.final_state import watched_state
-
-        with session.untraced():
-            return {
-                name: host_digest(tensor.detach().cpu())
-                for name, tensor in watched_state(session.watcher).items()
-                if name != "loss"
-                and type(tensor) in (torch.Tensor, torch.nn.Parameter)
-                and (trained or not (name.endswith(".grad") or name.startswith("optimizer.")))
-            }
+    def finish(self, session) -> None:
+        self.recorder.close()
 
 
 @dataclass
