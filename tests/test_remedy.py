@@ -32,6 +32,7 @@ CASES = {
     "index_put_threads.py": ([], [TWO_THREADS, TWO_THREADS]),
     "thread_sum.py": (["--vary", "threads", "--repeats", "3", "--timing-repeats", "3"], [{"OMP_NUM_THREADS": "1"}, TWO_THREADS]),
     "external_numpy.py": ([], [{}, {}]),
+    "unseeded_globals.py": (["--no-seed"], [{}, {}]),
     "hash_order_vocab.py": ([], [{"PYTHONHASHSEED": "1"}, {"PYTHONHASHSEED": "2"}]),
     "two_causes.py": ([], [{"PYTHONHASHSEED": "1"}, {"PYTHONHASHSEED": "2"}]),
     "unpool_race.py": ([], [TWO_THREADS, TWO_THREADS]),
@@ -142,6 +143,17 @@ def test_an_unseeded_numpy_generator_is_seeded_and_needs_no_deterministic_mode()
     assert "use_deterministic_algorithms" not in remedy["code"]
     # the generator is named with the line that made it
     assert any("numpy.random.default_rng() at fixtures/dynamic/external_numpy.py:10" in line for line in remedy["in_code"])
+
+
+def test_unseeded_global_generators_are_seeded_at_start_up():
+    """With --no-seed nothing seeds NumPy's and Python's global generators: the
+    remedy is to seed them (and torch's) at start-up, as code at the top of the script."""
+    remedy = remedy_of("unseeded_globals.py")
+    assert {cause["kind"] for cause in remedy["causes"]} <= {"external-input", "python-value", "control-flow", "rng"}
+    assert all("seed-globals" in cause["candidates"] for cause in remedy["causes"])
+    assert remedy["minimal"] == [["seed-globals"]]
+    assert reproducible(remedy)["torch, NumPy and Python seeded at start-up"]
+    assert {"np.random.seed(0)", "random.seed(0)"} <= set(remedy["code"].splitlines())
 
 
 def test_a_set_ordered_vocabulary_is_fixed_by_the_hash_seed_printed_as_text():

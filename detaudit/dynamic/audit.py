@@ -21,7 +21,7 @@ def _run_traced(
     from detaudit.dynamic.compare.classify import Trace
     from detaudit.dynamic.record.final_state import cpu_copy, returned_state
     from detaudit.dynamic.record.tracer import OpTracer
-    from detaudit.launch.bootstrap import seed_all
+    from detaudit.launch.child_settings import seed_all
     from detaudit.launch.watcher import StopRun, TrainingWatcher
 
     if setup is not None:

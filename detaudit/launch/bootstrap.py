@@ -26,21 +26,9 @@ import time
 import traceback
 from pathlib import Path
 
-from detaudit.launch.child_settings import apply_settings, child_setting
+from detaudit.launch.child_settings import apply_settings, child_setting, seed_all
 from detaudit.launch.features import features_from_config
 from detaudit.launch.process import CONFIG_ENV, PAYLOAD_NAME
-
-
-def seed_all(seed: int) -> None:
-    """Seed Python, numpy and torch (CPU and every CUDA device) the way users do,
-    without detaudit's PYTHONHASHSEED warning: the report covers hash order."""
-    import warnings
-
-    from detaudit.runtime.seeding import seed_everything
-
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        seed_everything(seed, workers=False)
 
 
 class ChildSession:

@@ -143,6 +143,30 @@ def _paste_cpu_capability(value: str | None, context: PasteContext) -> Pasted:
     return Pasted(("import os",), (f"os.environ['ATEN_CPU_CAPABILITY'] = {value!r}  # before torch's first op",))
 
 
+def seed_all(seed: int) -> None:
+    """Seed Python, numpy and torch (CPU and every CUDA device) the way users do,
+    without detaudit's PYTHONHASHSEED warning: the report covers hash order.
+    What every launch with a seed does first, and the ``seed-globals`` setting."""
+    import warnings
+
+    from detaudit.runtime.seeding import seed_everything
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        seed_everything(seed, workers=False)
+
+
+def _seed_globals(value: int, session) -> None:
+    seed_all(int(value))
+
+
+def _paste_seed_globals(value: int, context: PasteContext) -> Pasted:
+    return Pasted(
+        ("import random", "import numpy as np", "import torch"),
+        (f"random.seed({value})", f"np.random.seed({value})", f"torch.manual_seed({value})  # every device's generator"),
+    )
+
+
 def _paste_threads(value: int, context: PasteContext) -> Pasted:
     return Pasted(("import torch",), (f"torch.set_num_threads({value})",))
 
@@ -195,6 +219,10 @@ CHILD_SETTINGS: dict[str, ChildSetting] = {
         ChildSetting(
             "cpu-capability", "ATEN_CPU_CAPABILITY: the vector instructions torch's CPU kernels use",
             environment="ATEN_CPU_CAPABILITY", paste=_paste_cpu_capability, fingerprint_key="env.ATEN_CPU_CAPABILITY",
+        ),
+        ChildSetting(
+            "seed-globals", "seeds for Python's, NumPy's and torch's global generators, before the script",
+            apply=_seed_globals, paste=_paste_seed_globals,
         ),
         ChildSetting("deterministic", "detaudit.enable_determinism()", apply=_enable_determinism),
         ChildSetting(

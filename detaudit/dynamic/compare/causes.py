@@ -94,7 +94,7 @@ RNG = _register(
         "rng",
         "A random op drew different numbers: the generator state differed between runs.",
         "Seed every generator once at start-up and do not reseed from entropy (torch.seed(), unseeded Generators).",
-        remedies=("seed-generators",),
+        remedies=("seed-globals", "seed-generators"),
     )
 )
 UNINITIALIZED_MEMORY = _register(
@@ -112,7 +112,7 @@ EXTERNAL_INPUT = _register(
         "external-input",
         "Data entering from outside torch (numpy, Python values, files) differed between runs.",
         "Make the data source deterministic: seed numpy Generators, sort file lists and sets.",
-        remedies=("seed-generators", "hash-seed"),
+        remedies=("seed-globals", "seed-generators", "hash-seed"),
     )
 )
 CONTROL_FLOW = _register(
@@ -121,7 +121,7 @@ CONTROL_FLOW = _register(
         "control-flow",
         "The runs executed different ops or shapes.",
         "Find what the branch or shape depends on (time, pid, hash order, unseeded randomness).",
-        remedies=("seed-generators", "hash-seed"),
+        remedies=("seed-globals", "seed-generators", "hash-seed"),
     )
 )
 THREAD_COUNT = _register(
@@ -150,7 +150,7 @@ PYTHON_VALUE = _register(
         "A Python value passed to an op (an index, a number, a flag) differed between runs; its tensors did not.",
         "Compute it from stable inputs: hashlib or zlib.crc32 instead of hash() on str (or set PYTHONHASHSEED), "
         "sorted() instead of set order, no clocks or process ids.",
-        remedies=("hash-seed", "seed-generators"),
+        remedies=("hash-seed", "seed-globals", "seed-generators"),
     )
 )
 

@@ -35,10 +35,11 @@ from detaudit.launch.child_settings import PasteContext, child_setting, paste_se
 
 @dataclass(frozen=True)
 class Machine:
-    """What the audited process was: it decides a few options' values."""
+    """What the audited process was: it decides a few options' values, and which remedies can help."""
 
     environment: Mapping[str, Any]  # the run report's fingerprint
     default_threads: int  # torch's intra-op thread count on this machine when nothing pins it
+    seeded: bool = True  # whether detaudit seeded the global generators before the script (not with --no-seed)
 
     @property
     def torch_version(self) -> str | None:
@@ -65,6 +66,7 @@ class Remedy:
     settings: Mapping[str, Any] = field(default_factory=dict)
     backend: tuple[str, ...] = ()  # settings-table ids, set to their safe values where they matter
     in_code: str = ""  # the change in the script's own code that does the same, "{where}" = the lines
+    unseeded_only: bool = False  # helps only a run detaudit did not seed (--no-seed): elsewhere it changes nothing
 
     def __post_init__(self) -> None:
         for name in self.settings:
@@ -88,6 +90,14 @@ REMEDIES: dict[str, Remedy] = {
     for remedy in (
         Remedy("one-thread", "one thread", settings={"threads": 1}),
         Remedy("pin-threads", "threads pinned to {threads}", settings={"threads": lambda machine: machine.default_threads}),
+        Remedy(
+            "seed-globals",
+            "torch, NumPy and Python seeded at start-up",
+            settings={"seed-globals": 0},
+            in_code="or seed once at the top of the script, before the model and the data are made "
+            "(what the draws at {where} read)",
+            unseeded_only=True,
+        ),
         Remedy(
             "seed-generators",
             "seeded generators",
@@ -139,7 +149,7 @@ def candidates(cause, machine: Machine) -> Candidates:
         known = _ops_table_candidates(cause.op, machine)
         if known is not None:
             return known
-    return Candidates(list(cause.kind.remedies))
+    return Candidates([name for name in cause.kind.remedies if not (REMEDIES[name].unseeded_only and machine.seeded)])
 
 
 def _ops_table_candidates(op: str, machine: Machine) -> Candidates | None:

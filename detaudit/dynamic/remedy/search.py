@@ -248,7 +248,7 @@ def find_remedy(
     """The remedy search and cost table for a script whose audit gave ``report``."""
     import torch
 
-    machine = Machine(report.environment, torch.get_num_threads())
+    machine = Machine(report.environment, torch.get_num_threads(), seeded=seed is not None)
     audit = _Auditor(script, script_args, steps=steps, repeats=repeats, seed=seed, vary=vary, timeout=timeout, cwd=cwd)
     causes = []
     for cause in report.root_causes:
