@@ -23,8 +23,10 @@ def _line(script: Path, marker: str) -> int:
     return next(n for n, text in enumerate(script.read_text().splitlines(), 1) if f"# {marker}" in text)
 
 
-def _audit(capsys, script: Path, *options) -> tuple[int, dict, str]:
-    code = main(["run", "--nproc-per-node", "2", "--repeats", "2", "--format", "json", *map(str, options), str(script)])
+def _audit(capsys, script: Path, *options, script_args=()) -> tuple[int, dict, str]:
+    code = main(
+        ["run", "--nproc-per-node", "2", "--repeats", "2", "--format", "json", *map(str, options), str(script), *script_args]
+    )
     captured = capsys.readouterr()
     return code, json.loads(captured.out), captured.err
 
@@ -53,6 +55,35 @@ def test_ddp_control_is_deterministic_on_every_rank(capsys):
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("own_buffers", [False, True], ids=["broadcast-buffers", "own-buffers"])
+def test_ddp_with_batchnorm_is_deterministic_and_says_what_it_compared(capsys, own_buffers):
+    """Each rank's BatchNorm statistics come from its own data between forwards:
+    with DDP's broadcast they are compared where DDP makes them equal, without
+    it not at all; either way the control is deterministic, and a note says
+    what was compared."""
+    script_args = ["--", "--own-buffers"] if own_buffers else []
+    code, report, _ = _audit(capsys, FIXTURES / "ddp_batchnorm.py", "--steps", "4", script_args=script_args)
+    assert code == 0 and report["verdict"] == "deterministic", report["root_causes"]
+    assert report["root_causes"] == [] and report["steps_run"] == [4, 4]
+    [note] = [note for note in report["notes"] if note.startswith("replicas: DistributedDataParallel at model")]
+    if own_buffers:
+        assert "not its buffers (broadcast_buffers=False" in note
+    else:
+        assert "its buffers as each synchronised forward starts" in note
+
+
+@pytest.mark.slow
+def test_fsdp2_runs_under_detaudit_and_its_shards_are_not_compared_across_ranks(capsys):
+    """FSDP2's parameters are DTensors: digesting one reads this rank's shard
+    (reading the wrapper's own bytes crashed the run), and FSDP's resharding
+    (resizing storages to 0) still works under the tracer."""
+    code, report, err = _audit(capsys, FIXTURES / "fsdp2_linear.py", "--steps", "3")
+    assert code == 0 and report["verdict"] == "deterministic", err
+    assert report["root_causes"] == [] and report["steps_run"] == [3, 3]
+    assert any(note.startswith("replicas: FSDPSequential at model, compared across ranks: nothing") for note in report["notes"])
+
+
+@pytest.mark.slow
 def test_receive_from_any_source_is_localized_to_the_recv_on_rank_0(capsys):
     script = FIXTURES / "recv_any_source.py"
     code, report, _ = _audit(capsys, script, "--nproc-per-node", "3", "--steps", "12")
@@ -64,6 +95,19 @@ def test_receive_from_any_source_is_localized_to_the_recv_on_rank_0(capsys):
     # ranks 1 and 2 received the difference from rank 0's broadcast: notes, not causes
     assert any("rank 1 received a difference through c10d.broadcast_" in note for note in report["notes"])
     assert {tensor["name"].split("/")[0] for tensor in report["tensors"]} == {"rank0", "rank1", "rank2"}
+
+
+@pytest.mark.slow
+def test_ranks_that_do_not_step_alike_are_stopped_with_rank_0_not_failed(capsys):
+    """Only rank 0 makes optimizer steps: when it stops at the step limit the
+    other ranks' barrier with it fails.  That is detaudit's stop: the verdict
+    is rank 0's arrival-order sum, at its recv."""
+    script = FIXTURES / "only_rank0_trains.py"
+    code, report, err = _audit(capsys, script, "--nproc-per-node", "3", "--steps", "12")
+    assert code == 1 and report["verdict"] == "nondeterministic", err
+    [cause] = report["root_causes"]
+    assert (cause["ranks"], cause["line"], cause["op"]) == ([0], _line(script, "RECV"), "c10d.recv_any_source_.default")
+    assert "ranks 1-2 ended when rank 0 stopped at the step limit" in " ".join(report["notes"])
 
 
 @pytest.mark.slow

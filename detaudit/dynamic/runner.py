@@ -38,7 +38,7 @@ from detaudit.dynamic.faults.feature import InjectFault
 from detaudit.dynamic.faults.spec import fault_for_repeat
 from detaudit.dynamic.record.features import ReplicaDigests, SaveFinalState, Tracing
 from detaudit.dynamic.variations import VARIATIONS
-from detaudit.dynamic.verdict.run_report import RECORDER_KEY, RunFailure
+from detaudit.dynamic.verdict.run_report import RECORDER_KEY, RunFailure, rank_list
 from detaudit.launch.features import RecordEnvironment
 from detaudit.launch.options import LaunchOptions
 from detaudit.launch.process import ScriptResult, run_script, terminate_all
@@ -261,6 +261,24 @@ def _variation_warnings(variation: dict, results: list[ScriptResult], cwd: str |
     return [message]
 
 
+def _stopped_by_other_rank_notes(runs) -> list[str]:
+    """Ranks that ended when another stopped at the step limit (bootstrap's
+    ``_stopped_by_other_rank``): one note, for the runs they did so in."""
+    stopped = {
+        (rank, payload["stopped_by_rank"])
+        for run in runs
+        for rank, payload in enumerate(result.payload for result in run.ranks)
+        if "stopped_by_rank" in payload
+    }
+    if not stopped:
+        return []
+    by = sorted({stopper for _, stopper in stopped})
+    return [
+        f"{rank_list(sorted({rank for rank, _ in stopped}))} ended when {rank_list(by)} stopped at the step limit "
+        "(they make fewer optimizer steps, or none): detaudit's stop, not a failure; what they did up to there is compared."
+    ]
+
+
 def _compile_warnings(payload: dict) -> list[str]:
     """Say so when the script compiled something: while a dispatch mode is
     active dynamo compiles nothing, so the runs compared its eager code."""
@@ -367,6 +385,11 @@ def audit_distributed(
     replicas = [[run.ranks[rank].payload.get("replica_digests", []) for run in runs] for rank in ranks]
     early_reads = [[run.ranks[rank].payload.get("early_reads", []) for run in runs] for rank in ranks]
     report = merge_ranks(reports, traces, replicas, early_reads)
+    # what each parallelism's replica check compared: once, whichever rank and run said it
+    report.notes += dict.fromkeys(
+        note for run in runs for rank in ranks for note in run.ranks[rank].payload.get("replica_notes", [])
+    )
+    report.notes += _stopped_by_other_rank_notes(runs)
     report.steps_run = [run.ranks[0].payload["steps"] for run in runs]
     report.strict = strict
     report.warnings = warnings + _compile_warnings(runs[0].ranks[0].payload)

@@ -30,6 +30,11 @@ from detaudit.launch.child_settings import apply_settings, child_setting, seed_a
 from detaudit.launch.features import features_from_config
 from detaudit.launch.process import CONFIG_ENV, PAYLOAD_NAME
 
+#: written in the run's folder (above the ranks' folders) by the first rank that
+#: stops at the step limit, with its rank: from then on the other ranks'
+#: collectives with it fail, by detaudit's doing, not the script's
+STEP_LIMIT_MARKER = "step-limit-reached"
+
 
 class ChildSession:
     """Everything the bootstrap installs around the script, and what it writes after.
@@ -44,6 +49,7 @@ class ChildSession:
         self.pid = os.getpid()  # the audited process; forked children have another pid
         self.output_dir = Path(config["output_dir"])
         self.seed: int | None = config.get("seed")
+        self.per_rank = bool(config.get("per_rank"))  # one rank of a distributed run
         self.payload: dict = {"steps": 0, "stopped_at_max_steps": False}
         self.settings: dict = config.get("settings") or {}
         self.features = features_from_config(config.get("features") or {})
@@ -117,17 +123,50 @@ class ChildSession:
                     runpy.run_path(script, run_name="__main__")
         except stop_run:
             self.payload["stopped_at_max_steps"] = True
+            self._tell_other_ranks()
         except SystemExit as stop:
             exit_code = _exit_code(stop.code)
-            if exit_code:
+            if exit_code and self._stopped_by_other_rank(f"exit code {exit_code}"):
+                exit_code = 0
+            elif exit_code:
                 self.payload["failed_at"] = time.time()
         except BaseException as error:  # the script crashed: show it as python would
-            self.payload["failed_at"] = time.time()  # which rank of a distributed run failed first
-            traceback.print_exc()
-            self.payload["error"] = f"{type(error).__name__}: {error}"
-            exit_code = 1
+            if not self._stopped_by_other_rank(f"{type(error).__name__}: {error}"):
+                self.payload["failed_at"] = time.time()  # which rank of a distributed run failed first
+                traceback.print_exc()
+                self.payload["error"] = f"{type(error).__name__}: {error}"
+                exit_code = 1
         self.finish(exit_code)
         return exit_code
+
+    def _tell_other_ranks(self) -> None:
+        """This rank stopped at the step limit: say so to the other ranks of
+        the run (on this node), unless one said it first."""
+        if not self.per_rank:
+            return
+        marker = self.output_dir.parent / STEP_LIMIT_MARKER
+        written = self.output_dir / STEP_LIMIT_MARKER
+        written.write_text(os.environ.get("RANK", "0"))
+        with contextlib.suppress(FileExistsError):
+            os.link(written, marker)  # whole or not at all: a rank reading it never sees it half written
+
+    def _stopped_by_other_rank(self, ended: str) -> bool:
+        """Whether this rank ended (``ended``: how) after another rank had
+        stopped at the step limit: its collectives with that rank failed
+        because detaudit stopped it.  Ranks that step unlike each other (only
+        rank 0 trains; pipeline stages) end this way; what each did up to
+        there is compared, and the end is not the script's failure."""
+        if not self.per_rank:
+            return False
+        try:
+            rank = int((self.output_dir.parent / STEP_LIMIT_MARKER).read_text())
+        except (OSError, ValueError):
+            return False
+        if str(rank) == os.environ.get("RANK", "0"):
+            return False
+        self.payload["stopped_by_rank"] = rank
+        print(f"detaudit: rank {rank} stopped at the step limit, and then this rank ended: {ended}", file=sys.stderr)
+        return True
 
     def finish(self, exit_code: int) -> None:
         if os.getpid() != self.pid:  # a forked child that ran to the script's end: the parent reports

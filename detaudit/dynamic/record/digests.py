@@ -20,6 +20,7 @@ import zlib
 
 import numpy
 import torch
+from torch.utils._python_dispatch import is_traceable_wrapper_subclass
 
 # elements kept of each output of a sampled capture (the divergence chart's
 # deviations): up to 32 KiB a tensor, whatever the model's size
@@ -54,7 +55,15 @@ def host_digest(tensor: torch.Tensor) -> int:
     A small contiguous tensor's bytes are read in place, through a ctypes
     view of its memory: the same bytes ``Tensor.numpy`` would show (conj and
     neg bits aside, which go the long way), without its several microseconds
-    of checks and array building, most of the digest's cost on small ops."""
+    of checks and array building, most of the digest's cost on small ops.
+
+    A wrapper subclass (DTensor, the tensors FSDP2 and others make) holds no
+    bytes of its own: its digest is that of the tensors inside it (a DTensor's
+    is this rank's shard)."""
+    if is_traceable_wrapper_subclass(tensor):
+        names, _ = tensor.__tensor_flatten__()
+        inner = [getattr(tensor, name) for name in names]  # (newer torch also lists a DeviceMesh here)
+        return zlib.crc32(b"".join(host_digest(t).to_bytes(8, "little") for t in inner if isinstance(t, torch.Tensor)))
     if not tensor.is_contiguous():
         tensor = tensor.contiguous()
     else:

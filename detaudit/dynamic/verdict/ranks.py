@@ -10,9 +10,10 @@
   did, the difference came from that rank (its own root cause is reported
   there) and the receiving side is dropped as propagated, with a note.
 * **Replicas**: at every optimizer step boundary (and as training starts:
-  step 0) each rank recorded digests of its parameters, buffers, gradients and
-  optimizer state (``bootstrap._replica_digests``).  Under data parallelism
-  they must agree across ranks; the first step and tensor where a rank
+  step 0) each rank recorded digests of what data parallelism keeps equal
+  across ranks, each tensor where its wrapper makes it equal
+  (``record/replicas.py``: DDP's buffers after its broadcast, nothing of a
+  sharded model).  They must agree across ranks; the first step and tensor where a rank
   disagrees with rank 0 is a ``causes.REPLICA_DIVERGENCE``, localized from
   the comparison of the two ranks' traces: before the first step, at the first
   op whose result differed between them; later, at the optimizer update.
@@ -40,13 +41,14 @@ def merge_ranks(
     ``replicas[rank][repeat]``: the digests each rank recorded per step boundary;
     ``early_reads[rank][repeat]``: what the rank's tracer saw read before a wait()."""
     first = reports[0]
-    senders = _first_sent_difference(traces)
+    senders = _first_communication_difference(traces, "inputs")
+    receivers = _first_communication_difference(traces, "outputs")
     merged: dict[tuple, RootCause] = {}
     notes: list[str] = []
     for rank, report in enumerate(reports):
         for cause in [*report.root_causes, *_early_read_causes(early_reads[rank], bool(report.tensors))]:
             if cause.kind is COLLECTIVE:
-                cause = _explain_collective(cause, rank, senders, notes)
+                cause = _explain_collective(cause, rank, senders, receivers.get(rank), notes)
                 if cause is None:
                     continue
             key = (cause.kind, cause.op, cause.path, cause.line, cause.module, cause.phase)
@@ -113,33 +115,79 @@ def _early_read_causes(runs: list[list[dict]], differed: bool) -> list[RootCause
     ]
 
 
-def _first_sent_difference(traces: list[list[Trace]]) -> dict[int, tuple[int, str, int]]:
-    """rank -> (step, op, line) of its first communication op whose inputs
-    (what it sent) differed between the first repeat and another."""
+def _first_communication_difference(traces: list[list[Trace]], side: str) -> dict[int, tuple[int, str, int]]:
+    """rank -> (step, op, line) of its first communication op whose ``side``
+    ("inputs": what it sent; "outputs": what it received) differed between
+    the first repeat and another; the step as rank 0 counts them
+    (``_steps_as_rank_0_counts``)."""
     found = {}
+    steps = _steps_as_rank_0_counts([repeats[0] for repeats in traces])
     for rank, repeats in enumerate(traces):
         reference = repeats[0]
         for other in repeats[1:]:
             for index, (a, b) in enumerate(zip(reference.ops, other.ops)):
                 if a.op != b.op:
                     break
-                if not is_communication(a.op) or len(a.inputs) != len(b.inputs):
+                ours, theirs = getattr(a, side), getattr(b, side)
+                if not is_communication(a.op) or len(ours) != len(theirs):
                     continue
-                if any(reference.value(x) != other.value(y) for x, y in zip(a.inputs, b.inputs)):
-                    if rank not in found or (a.step, index) < found[rank][0]:
-                        found[rank] = ((a.step, index), a.op, a.line)
+                if any(reference.value(x) != other.value(y) for x, y in zip(ours, theirs)):
+                    step = steps[rank][index]
+                    if rank not in found or (step, index) < found[rank][0]:
+                        found[rank] = ((step, index), a.op, a.line)
                     break
     return {rank: (step_index[0], op, line) for rank, (step_index, op, line) in found.items()}
 
 
-def _explain_collective(cause: RootCause, rank: int, senders: dict, notes: list[str]) -> RootCause | None:
-    """None when another rank sent different data into it by then (the difference is that rank's)."""
-    sent = sorted(other for other, (step, _, _) in senders.items() if other != rank and step <= cause.first_step)
+#: ops that pair two ranks: their order on one rank says nothing of where the others are
+_POINT_TO_POINT = ("c10d.send", "c10d.recv_", "c10d.recv_any_source_", "_c10d_functional.wait_tensor")
+
+
+def _steps_as_rank_0_counts(traces: list[Trace]) -> list[list[int]]:
+    """``[rank][op index]``: the step each op of each rank ran in, as rank 0
+    counts steps.  Every rank calls a group's collectives in the same order,
+    so a rank's k-th collective ran when rank 0 ran its k-th: after it, the
+    rank is at least at rank 0's step there.  A rank that makes no optimizer
+    step of its own (only rank 0 trains) would otherwise have every op at
+    step 1, and its later sends would seem to come before rank 0's first
+    difference.  Ranks whose collectives do not line up with rank 0's keep
+    their own count."""
+    def collectives(trace: Trace) -> list[int]:
+        return [i for i, op in enumerate(trace.ops) if is_communication(op.op) and not op.op.startswith(_POINT_TO_POINT)]
+
+    reference = collectives(traces[0]) if traces else []
+    steps = []
+    for trace in traces:
+        own = [op.step for op in trace.ops]
+        matched = collectives(trace)
+        count = min(len(matched), len(reference))
+        if [trace.ops[i].op for i in matched[:count]] != [traces[0].ops[i].op for i in reference[:count]]:
+            steps.append(own)
+            continue
+        at_least, k = 0, 0
+        for index in range(len(own)):
+            if k < count and matched[k] == index:
+                at_least = traces[0].ops[reference[k]].step
+                k += 1
+            own[index] = max(own[index], at_least)
+        steps.append(own)
+    return steps
+
+
+def _explain_collective(
+    cause: RootCause, rank: int, senders: dict, received: tuple[int, str, int] | None, notes: list[str]
+) -> RootCause | None:
+    """None when another rank sent different data into it by then (the
+    difference is that rank's).  ``received``: this rank's first received
+    difference, whose step is counted as rank 0 counts them (the cause's own
+    step is this rank's count, which stays at 1 on a rank that never steps)."""
+    step_now = received[0] if received is not None and received[1:] == (cause.op, cause.line) else cause.first_step
+    sent = sorted(other for other, (step, _, _) in senders.items() if other != rank and step <= step_now)
     if sent:
         step, op, line = senders[sent[0]]
         notes.append(
             f"rank {rank} received a difference through {cause.op} at {cause.path}:{cause.line} (step "
-            f"{cause.first_step}): {rank_list(sent)} sent different data first ({op} at line {line}, step {step})"
+            f"{step_now}): {rank_list(sent)} sent different data first ({op} at line {line}, step {step})"
         )
         return None
     return replace(
