@@ -58,6 +58,16 @@ SEEDING_FUNCTIONS: dict[str, frozenset[str]] = {
     "tensorflow.keras.utils.set_random_seed": frozenset({NUMPY, PYTHON}),
 }
 
+#: Classes whose construction seeds every global RNG, always (not seeding
+#: helpers to call: the fixes never write them).  transformers' ``Trainer``
+#: calls ``set_seed(args.seed)`` (42 by default) in its ``__init__``.
+SEEDING_CONSTRUCTORS: frozenset[str] = frozenset(
+    {
+        "transformers.Trainer", "transformers.trainer.Trainer", "transformers.Seq2SeqTrainer",
+        "transformers.trainer_seq2seq.Seq2SeqTrainer", "trl.SFTTrainer", "trl.DPOTrainer", "trl.RewardTrainer",
+    }
+)
+
 # --- determinism switches -----------------------------------------------------
 
 @dataclass(frozen=True)
@@ -164,6 +174,10 @@ TRAINER_CLASSES = frozenset(
 RESEED_FROM_ENTROPY = frozenset(
     {"torch.seed", "torch.random.seed", "torch.cuda.seed", "torch.cuda.seed_all"}
 )
+
+#: Generator classes whose ``.seed()`` method, called without an argument,
+#: reseeds the object from the OS (torch's from std::random_device) on every run.
+RESEEDED_FROM_ENTROPY_BY_SEED_METHOD = frozenset({"torch.Generator", "random.Random", "numpy.random.RandomState"})
 
 #: Calls that take a seed, and where it goes (keyword, position); for some of them
 #: a missing or ``None`` seed means "seed from the OS" (entropy-seed knows which).

@@ -40,6 +40,7 @@ from detaudit.knowledge.apis import (
     RANDOM_SPLIT,
     RNG_STATE_RESTORERS,
     RNGS,
+    SEEDING_CONSTRUCTORS,
     SEEDING_FUNCTIONS,
     TORCH,
 )
@@ -117,6 +118,24 @@ TORCH_RANDOM_LAYERS = frozenset(
 
 #: Callee prefixes whose calls build randomly initialised models.
 TORCH_RANDOM_MODEL_PREFIXES = ("torchvision.models.", "timm.create_model")
+
+
+def builds_transformers_model(qualname: str) -> bool:
+    """``transformers.GPT2LMHeadModel(config)``, ``BertForMaskedLM(config)``,
+    ``AutoModelForCausalLM.from_config(config)``: a transformers model built from
+    a config initialises its weights from the torch RNG (``from_pretrained``
+    loads them instead; TF and Flax classes are not torch's)."""
+    parts = qualname.split(".")
+    if parts[0] != "transformers" or len(parts) < 2:
+        return False
+    if parts[-1] == "from_config":
+        return len(parts) >= 3 and parts[-2].startswith("AutoModel")
+    name = parts[-1]
+    return (
+        name[:1].isupper()
+        and (name.endswith("Model") or "For" in name)
+        and not name.startswith(("Auto", "TF", "Flax", "PreTrained"))
+    )
 
 #: Random data augmentation (torchvision transforms draw from the torch RNG).
 TORCH_RANDOM_TRANSFORM_PREFIXES = (
@@ -213,6 +232,8 @@ def api_effects(call: CallFact, facts: FileFacts, imports_torch: bool) -> Effect
         seeded = SEEDING_FUNCTIONS.get(qualname) or RNG_STATE_RESTORERS.get(qualname)
         if seeded is not None:
             return Effects(seeds=seeded) if _seed_is_given(call, qualname, facts) else NOTHING
+        if qualname in SEEDING_CONSTRUCTORS:
+            return Effects(seeds=frozenset(RNGS))
         seeded = SEEDING_WHEN_SEED_GIVEN.get(qualname)
         if seeded is not None:
             seed = call.value_node("seed")
@@ -254,6 +275,8 @@ def _known_draw(call: CallFact, qualname: str, facts: FileFacts) -> Effects | No
     layer = derived_layers().find(qualname)
     if layer is not None:  # a third-party layer: its derived table says whether it draws
         return _draw(TORCH, qualname) if layer.draws else NOTHING
+    if builds_transformers_model(qualname):
+        return _draw(TORCH, qualname)
     if not qualname.startswith(("torch", "timm")):
         return None
     if _uses_own_generator(call, facts):

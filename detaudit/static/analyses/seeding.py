@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 
 import libcst as cst
 
+from detaudit.knowledge.apis import SEEDING_CONSTRUCTORS
 from detaudit.static.analyses.project import SHUFFLING_LOADER, Effects, OffByDefault, initialises_weights
 from detaudit.static.engine.facts import CallFact
 from detaudit.static.engine.walk import walk
@@ -183,7 +184,10 @@ class SeedingState:
 
 
 def _feeds(module: cst.Module, draw: CallFact, seed: CallFact) -> bool:
-    """Whether ``draw``'s result is assigned to a name that ``seed``'s arguments read."""
+    """Whether ``draw``'s result is assigned to a name that ``seed``'s arguments
+    read (a trainer that seeds takes the model, not a seed drawn for it)."""
+    if seed.qualname in SEEDING_CONSTRUCTORS:
+        return False
     finder = _AssignmentOf(draw.node)
     walk(module.body[draw.scope.top_level_index], [finder])
     if not finder.targets:

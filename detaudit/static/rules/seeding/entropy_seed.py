@@ -5,7 +5,7 @@ from __future__ import annotations
 import libcst as cst
 
 from detaudit.findings import Severity
-from detaudit.knowledge.apis import RESEED_FROM_ENTROPY, RNG_LABELS, SEED_PARAMETERS
+from detaudit.knowledge.apis import RESEED_FROM_ENTROPY, RESEEDED_FROM_ENTROPY_BY_SEED_METHOD, RNG_LABELS, SEED_PARAMETERS
 from detaudit.static.analyses.strings import is_string_expression
 from detaudit.static.engine.facts import CallFact
 from detaudit.static.engine.names import dotted_name
@@ -70,8 +70,9 @@ class EntropySeed(Rule):
         interpreter starts) is different on every run, and so are
         `random.seed()` / `np.random.seed()` without an argument, `torch.seed()`,
         and generators built without a seed (`np.random.default_rng()`,
-        `np.random.RandomState()`, `random.Random()`).  Note that
-        `torch.Generator()` is fine: it starts from a fixed default seed.
+        `np.random.RandomState()`, `random.Random()`), and a generator's
+        `.seed()` method without an argument (`torch.Generator().seed()`).  Note
+        that `torch.Generator()` is fine: it starts from a fixed default seed.
         """
     fix_hint = "Use a fixed seed (a constant or a `--seed` flag) and log it; to vary it, pass it in explicitly."
     VALID = (
@@ -120,6 +121,9 @@ class EntropySeed(Rule):
         Invalid("import argparse, time, torch\np = argparse.ArgumentParser()\nargs = p.parse_args()\nargs.seed = int(time.time())\n", line=4),
         Invalid("import time, torch\nfrom transformers import TrainingArguments\nTrainingArguments('out', seed=int(time.time()))\n", line=3),
         Invalid("import time, torch\ng = torch.Generator()\ng.manual_seed(time.time_ns())\n", line=3),
+        # a generator's seed() without an argument draws its seed from the OS
+        Invalid("import torch\ng = torch.Generator()\ng.seed()\nx = torch.randn(3, generator=g)\n", line=3, message="torch.Generator"),
+        Invalid("import torch\nseed = torch.Generator().seed()\n", line=2, message="torch.Generator"),
     )
 
     def __init__(self, context) -> None:
@@ -180,6 +184,9 @@ class EntropySeed(Rule):
                 if target is None or target not in seeded_later:  # ``rng = Random(); rng.seed(s)`` is seeded
                     self._report_once(reported, call.node, f"{call.qualname}() without a seed draws its seed from the OS.")
                 return
+        elif call.method == "seed" and not call.node.args and (made_by := self._generator_class(call)) is not None:
+            self._report_once(reported, call.node, f"{made_by}.seed() without an argument reseeds it from the OS.")
+            return
         elif call.method in SEEDING_METHODS:
             seed_node = call.value_node(None, 0)
         for node in (seed_node, *(a.value for a in call.node.args if a.keyword is not None and "seed" in a.keyword.value)):
@@ -187,6 +194,19 @@ class EntropySeed(Rule):
             if source is not None:
                 self._report_once(reported, call.node, f"seed derived from {source}: it differs on every run.")
                 return
+
+    def _generator_class(self, call: CallFact) -> str | None:
+        """The generator class of ``call``'s receiver, made right there
+        (``torch.Generator().seed()``) or assigned once in the file (``g = torch.Generator()``),
+        when its ``.seed()`` reseeds from the OS."""
+        receiver = call.node.func.value if isinstance(call.node.func, cst.Attribute) else None
+        if isinstance(receiver, cst.Name):
+            made = [value for target, value in self._assignments if dotted_name(target) == receiver.value]
+            receiver = made[0] if len(made) == 1 else None
+        if not isinstance(receiver, cst.Call):
+            return None
+        qualname = self.facts.names.resolve(receiver.func)
+        return qualname if qualname in RESEEDED_FROM_ENTROPY_BY_SEED_METHOD else None
 
     def _drawn_fallback(self, seed: cst.BaseExpression | None) -> tuple[CallFact, str] | None:
         """``opt.seed = random.randint(1, 10000)`` somewhere in the file when the seed

@@ -31,6 +31,10 @@ class SeedAfterUse(Rule):
         "model = torch.nn.Linear(1, 1)\nfor batch in loader:\n    model(batch)\n",
         # a numpy draw before the torch seed does not make the torch seed late
         "import numpy as np, torch\nnp.random.seed(0)\nx = np.random.rand(3)\ntorch.manual_seed(0)\ny = torch.rand(3)\n",
+        # loaded weights are not drawn
+        "from transformers import AutoModelForCausalLM, Trainer, TrainingArguments\n"
+        "model = AutoModelForCausalLM.from_pretrained('gpt2')\n"
+        "Trainer(model=model, args=TrainingArguments('out', seed=0)).train()\n",
     )
     INVALID = (
         Invalid(
@@ -45,6 +49,14 @@ class SeedAfterUse(Rule):
             line=10,
         ),
         Invalid("import random\nrandom.shuffle([1, 2])\nrandom.seed(0)\n", line=2),
+        # a transformers model built from a config initialises its weights: Trainer seeds only afterwards
+        Invalid(
+            "from transformers import GPT2Config, GPT2LMHeadModel, Trainer, TrainingArguments\n"
+            "model = GPT2LMHeadModel(GPT2Config(n_layer=2))\n"
+            "Trainer(model=model, args=TrainingArguments('out', seed=0)).train()\n",
+            line=2,
+            message="transformers.GPT2LMHeadModel",
+        ),
     )
 
     def finish(self) -> None:
