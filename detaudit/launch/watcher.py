@@ -75,6 +75,10 @@ def _without_wrappers(qualified_name: str) -> str:
     return ".".join(part for part in qualified_name.split(".") if part not in _WRAPPER_ATTRIBUTES)
 
 
+#: the name of a parameter known only by its place in an optimizer
+_BY_POSITION = "optimizer.param_groups"
+
+
 class StopRun(BaseException):
     """Raised after the last requested optimizer step (a BaseException so that
     the user's ``except Exception`` does not swallow it)."""
@@ -164,7 +168,9 @@ class TrainingWatcher:
             sub_name = _without_wrappers(sub_name)
             self._module_names.setdefault(id(sub), f"{unique}.{sub_name}" if sub_name else unique)
         for param_name, param in module.named_parameters():
-            self.param_names.setdefault(id(param), f"{unique}.{_without_wrappers(param_name)}")
+            # a module's name for its parameter beats the position an optimizer that stepped first gave it
+            if self.param_names.get(id(param), _BY_POSITION).startswith(_BY_POSITION):
+                self.param_names[id(param)] = f"{unique}.{_without_wrappers(param_name)}"
         return unique
 
     # -- optimizers ------------------------------------------------------
@@ -176,7 +182,7 @@ class TrainingWatcher:
             for param_index, param in enumerate(group["params"]):
                 if id(param) not in self.param_names:
                     self.param_names[id(param)] = (
-                        variable_name(param) or f"optimizer.param_groups[{group_index}][{param_index}]"
+                        variable_name(param) or f"{_BY_POSITION}[{group_index}][{param_index}]"
                     )
 
     def _before_step(self, optimizer, args, kwargs):

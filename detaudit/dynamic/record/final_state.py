@@ -39,13 +39,17 @@ def optimizer_state(optimizer: torch.optim.Optimizer, param_names: dict[int, str
 def watched_state(watcher) -> dict[str, torch.Tensor]:
     """Everything a script trained, found through the watcher's hooks."""
     state: dict[str, torch.Tensor] = {}
+    named: set[int] = set()  # each tensor once, by the first name found: a later root may hold an earlier one
     for name, module in watcher.roots:
-        state.update(module_state(name, module))
+        for key, tensor in module_state(name, module).items():
+            if id(tensor) not in named:
+                named.add(id(tensor))
+                state[key] = tensor
     for optimizer in watcher.optimizers:
         for group in optimizer.param_groups:
             for param in group["params"]:
                 name = watcher.param_names.get(id(param))
-                if name and name not in state:  # a bare tensor trained without a module
+                if name and name not in state and id(param) not in named:  # a bare tensor trained without a module
                     state[name] = param
                     if param.grad is not None:
                         state[f"{name}.grad"] = param.grad
