@@ -7,6 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import torch
 
 from detaudit.dynamic.compare.trace_format import (
@@ -14,6 +15,7 @@ from detaudit.dynamic.compare.trace_format import (
     BACKWARD,
     FORWARD,
     OPTIMIZER,
+    SETUP,
     UNINIT,
     OpRecord,
     RngEvent,
@@ -66,7 +68,9 @@ def _traced_step() -> tuple[Trace, dict[str, int]]:
 def test_records_name_their_fields_and_survive_the_json_round_trip(tmp_path):
     trace, lines = _traced_step()
     assert trace.ops and all(type(record) is OpRecord for record in trace.ops)
-    assert {record.phase for record in trace.ops} == {FORWARD, BACKWARD, OPTIMIZER}
+    # torch.ones(3, 4), made before the model's first forward, is setup
+    assert [record.op for record in trace.ops if record.phase == SETUP] == ["aten.ones.default"]
+    assert {record.phase for record in trace.ops} == {SETUP, FORWARD, BACKWARD, OPTIMIZER}
     addmm = next(record for record in trace.ops if record.op == "aten.addmm.default")
     assert addmm.path.endswith("test_dynamic_trace_format.py") and addmm.line == lines["forward"]
     assert (addmm.module, addmm.step, list(addmm.out_meta)) == ("model", 1, ["float32[3, 2]"])  # the variable's name
@@ -121,3 +125,26 @@ def test_a_closure_handed_to_step_is_the_steps_forward_and_backward_not_the_opti
     assert any(phase == BACKWARD for _, phase in phases)
     assert {phase for op, phase in phases if op == "aten.add_.Tensor"} == {OPTIMIZER}  # SGD's update
     assert loss is not None and watcher.steps == 1 and not watcher.in_optimizer
+
+
+@pytest.mark.parametrize("compiled", [True, False], ids=["compiled-recorder", "python-recorder"])
+def test_building_the_model_and_data_is_setup_until_training_starts(compiled):
+    """Draws made while the model and the data are built are "setup", not step 1's forward."""
+    watcher = TrainingWatcher()
+    tracer = OpTracer(compiled=compiled)
+    tracer.attach(watcher)
+    try:
+        with tracer:
+            model = torch.nn.Linear(4, 1)  # kaiming_uniform_ and uniform_ draw
+            data = torch.randn(8, 4)
+            model(data).sum().backward()
+            after = torch.randn(2)
+    finally:
+        watcher.close()
+    trace = Trace(**tracer.trace_data())
+    phases = [(record.op, record.phase) for record in trace.ops]
+    built = [op for op, phase in phases if phase == SETUP]
+    assert built == ["aten.empty.memory_format"] * 2 + ["aten.uniform_.default"] * 2 + ["aten.randn.default"], phases
+    assert phases[len(built)] == ("aten.t.default", FORWARD)  # the Linear's forward: training started
+    assert phases[-1] == ("aten.randn.default", FORWARD)
+    assert after.shape == (2,)

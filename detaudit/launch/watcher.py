@@ -110,6 +110,7 @@ class TrainingWatcher:
         self.on_step_start = on_step_start  # as each optimizer step starts (with its optimizer), its parameters named
         self.steps = 0  # completed optimizer steps
         self.in_optimizer = False
+        self.training_started = False  # a module ran forward, or backward or an optimizer step did: setup is over
         self.roots: list[tuple[str, torch.nn.Module]] = []  # (name, module) in first-use order
         self.optimizers: list[torch.optim.Optimizer] = []
         self.param_names: dict[int, str] = {}  # id(parameter) -> "model.fc.weight"
@@ -127,6 +128,7 @@ class TrainingWatcher:
 
         def backward(tensor, *args, **kwargs):
             watcher.last_loss = tensor
+            watcher.training_started = True
             return watcher._original_backward(tensor, *args, **kwargs)
 
         torch.Tensor.backward = backward
@@ -144,6 +146,7 @@ class TrainingWatcher:
         return self._module_stack[-1] if self._module_stack else ""
 
     def _enter_module(self, module, args):
+        self.training_started = True
         name = self._module_names.get(id(module))
         if name is None:
             name = self.add_root(module, variable_name(module) or type(module).__name__.lower())
@@ -187,7 +190,7 @@ class TrainingWatcher:
 
     def _before_step(self, optimizer, args, kwargs):
         self.add_optimizer(optimizer)
-        self.in_optimizer = True
+        self.in_optimizer = self.training_started = True
         if self.on_step_start:
             self.on_step_start(optimizer)
         # args: the optimizer, then step()'s own

@@ -24,11 +24,11 @@ import io
 import math
 
 from detaudit.dynamic.compare.divergence import PROPAGATED, ROOT, Divergence
-from detaudit.dynamic.compare.trace_format import BACKWARD, FORWARD, OPTIMIZER
+from detaudit.dynamic.compare.trace_format import BACKWARD, FORWARD, OPTIMIZER, SETUP
 
 INSTALL_HINT = 'pip install "detaudit[plot]"'
 ROOT_COLOUR, PROPAGATED_COLOUR, EQUAL_COLOUR = "#d62728", "#ff7f0e", "#d0d0d0"
-PHASE_COLOURS = {FORWARD: "#eaf1fb", BACKWARD: "#fdf1e6", OPTIMIZER: "#ebf6eb"}
+PHASE_COLOURS = {SETUP: "#f3eefa", FORWARD: "#eaf1fb", BACKWARD: "#fdf1e6", OPTIMIZER: "#ebf6eb"}
 _WIDTH_INCHES, _HEIGHT_INCHES, _DPI = 10.0, 4.4, 110
 _MARKERS = {  # matplotlib scatter styles, in legend order
     "root": {"marker": "D", "color": ROOT_COLOUR, "s": 60, "edgecolors": "black", "linewidths": 0.6},

@@ -35,6 +35,8 @@ PYTHON_READS = {"Tensor.tolist": "list", "Tensor.numpy": "ndarray", "torch.save"
 
 # phases of an op
 FORWARD, BACKWARD, OPTIMIZER = "forward", "backward", "optimizer"
+#: before training started (no module forward, backward or optimizer step yet): building the model and the data
+SETUP = "setup"
 
 # where the contents of an input's storage came from (the kind of a leaf)
 PRODUCED = "op"  # a traced op wrote it
@@ -52,7 +54,7 @@ class OpRecord(NamedTuple):
     the trace leaves it."""
 
     op: str  # the overload, "aten.add.Tensor"
-    phase: str  # FORWARD, BACKWARD or OPTIMIZER
+    phase: str  # SETUP, FORWARD, BACKWARD or OPTIMIZER
     path: str  # user source file (relative to the run's working directory when under it); "" if none
     line: int  # 0 if no user frame
     module: str  # module path that was running ("model.blocks.0"), "" outside modules

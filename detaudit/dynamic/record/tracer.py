@@ -64,6 +64,7 @@ from detaudit.dynamic.compare.trace_format import (
     OPTIMIZER,
     PRODUCED,
     PYTHON_READS,
+    SETUP,
     UNINIT,
     UNREAD,
     OpRecord,
@@ -193,6 +194,16 @@ class _UserFrames:
         self.caller = self.user = None
 
 
+def _phase_outside_autograd(watcher) -> str:
+    """An op no autograd node runs: the optimizer's, the setup's (before any
+    forward, backward or step: the model and data being built) or forward."""
+    if watcher is None:
+        return FORWARD
+    if watcher.in_optimizer:
+        return OPTIMIZER
+    return FORWARD if watcher.training_started else SETUP
+
+
 def _compiled_recorder():
     """The compiled recorder's module, configured once per process with what it
     reads of this module (``native_constants``); None where it cannot be had."""
@@ -211,7 +222,7 @@ def native_constants() -> dict:
     """What the compiled recorder (native/recorder.cpp) reads of this module, given once at its load."""
     return {
         "plain_types": _PLAIN_ARG_TYPES, "parameter_type": torch.nn.Parameter, "crc32": zlib.crc32,
-        "result_meta": _result_meta, "forward": FORWARD, "backward": BACKWARD, "optimizer": OPTIMIZER,
+        "result_meta": _result_meta, "forward": FORWARD, "backward": BACKWARD, "optimizer": OPTIMIZER, "setup": SETUP,
         "produced": PRODUCED, "allocated": ALLOCATED, "external": EXTERNAL, "uninit": UNINIT, "unread": UNREAD,
         "crc_max_bytes": CRC_MAX_BYTES, "stage_limit": _STAGE_LIMIT, "min_forget_at": MIN_FORGET_AT,
         "user_files": USER_FILES, "is_user_file": is_user_file, "resumable_code": _RESUMABLE_CODE,
@@ -443,7 +454,7 @@ class OpTracer:
                 return (BACKWARD, *site)
             phase = BACKWARD
         else:
-            phase = OPTIMIZER if self.watcher and self.watcher.in_optimizer else FORWARD
+            phase = _phase_outside_autograd(self.watcher)
         frame = self._user_frames.find(caller)
         module = self.watcher.current_module if self.watcher else ""
         if frame is None:

@@ -83,7 +83,7 @@ struct Constants {
   PyObject* user_files;  // watch._USER_FILES: filename -> is_user_file(filename)
   PyObject* is_user_file;  // watch.is_user_file
   long resumable_code;  // tracer._RESUMABLE_CODE: code flags of generators and coroutines
-  PyObject *forward, *backward, *optimizer;  // phases
+  PyObject *forward, *backward, *optimizer, *setup;  // phases
   PyObject *produced, *allocated, *external;  // leaf kinds
   PyObject *empty_str, *zero, *one, *uninit, *unread;
   int64_t uninit_id;  // uninit's value
@@ -96,7 +96,7 @@ Constants constants;
 struct Names {
   PyObject *records, *digests, *staged, *tables, *forward_sites,
       *last_outputs, *user_frames, *watcher, *observer, *capture_ops, *communications, *pending,
-      *allocation_fill, *host_digests, *out_meta, *dispatching, *in_optimizer, *module_stack, *steps,
+      *allocation_fill, *host_digests, *out_meta, *dispatching, *in_optimizer, *training_started, *module_stack, *steps,
       *caller, *user, *record, *paused, *bound, *before_op, *after_op, *info, *stage_digest,
       *fill_allocation, *meta, *flush, *name, *call, *is_allocation, *is_seeded, *is_view, *flat_args,
       *single_result, *untraced, *python_only, *returns_python, *written_args, *unread_args, *name_attr;
@@ -588,10 +588,13 @@ PyObject* site_of(Tracer& tracer, PyObject* caller) {
     if (PyErr_Occurred()) return nullptr;
     phase = constants.backward;
   } else {
-    bool in_optimizer = false;
-    if (tracer.watcher.get() != Py_None && !truthy_attr(tracer.watcher.get(), names.in_optimizer, &in_optimizer))
+    // tracer.py's _phase_outside_autograd
+    bool in_optimizer = false, started = true;
+    PyObject* watcher = tracer.watcher.get();
+    if (watcher != Py_None && (!truthy_attr(watcher, names.in_optimizer, &in_optimizer) ||
+                               (!in_optimizer && !truthy_attr(watcher, names.training_started, &started))))
       return nullptr;
-    phase = in_optimizer ? constants.optimizer : constants.forward;
+    phase = in_optimizer ? constants.optimizer : started ? constants.forward : constants.setup;
   }
   Ref frame;
   if (caller != nullptr) {
@@ -1179,7 +1182,7 @@ PyObject* configure(PyObject*, PyObject* given) {
   if (!(c.plain_types = item("plain_types")) || !(c.parameter_type = item("parameter_type")) ||
       !(c.crc32 = item("crc32")) || !(c.result_meta = item("result_meta")) ||
       !(c.user_files = item("user_files")) || !(c.is_user_file = item("is_user_file")) || !(c.forward = item("forward")) ||
-      !(c.backward = item("backward")) || !(c.optimizer = item("optimizer")) || !(c.produced = item("produced")) ||
+      !(c.backward = item("backward")) || !(c.optimizer = item("optimizer")) || !(c.setup = item("setup")) || !(c.produced = item("produced")) ||
       !(c.allocated = item("allocated")) || !(c.external = item("external")) || !(c.uninit = item("uninit")) ||
       !(c.unread = item("unread")))
     return nullptr;
@@ -1230,6 +1233,7 @@ PyMODINIT_FUNC PyInit_native_record() {
   names.out_meta = intern("_out_meta");
   names.dispatching = intern("dispatching");
   names.in_optimizer = intern("in_optimizer");
+  names.training_started = intern("training_started");
   names.module_stack = intern("_module_stack");
   names.steps = intern("steps");
   names.caller = intern("caller");
