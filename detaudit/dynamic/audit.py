@@ -35,6 +35,7 @@ def _run_traced(
     if seed is not None:
         seed_all(seed)
     watcher = TrainingWatcher()
+    watcher.training_started = True  # the function audited is a training step: nothing of it is setup
     tracer = OpTracer(capture_ops=capture_ops, sampled_ops=sampled_ops, allocation_fill=fill)
     tracer.attach(watcher)
     value = None

@@ -94,7 +94,7 @@ class CauseAt:
 
     def site(self, trace: Trace) -> Site:
         record = trace.ops[self.record]
-        return Site(self.kind, record.op, record.path, record.line, record.module, record.phase)
+        return Site(self.kind, record.op, record.path, record.line, record.module, trace.phase_of(self.record))
 
 
 @dataclass

@@ -136,7 +136,7 @@ def divergence_of(trace: Trace, comparison: PairComparison, other: int) -> Diver
                 DivergencePoint(
                     record=record,
                     op=op.op,
-                    phase=op.phase,
+                    phase=trace.phase_of(record),
                     step=op.step,
                     path=op.path,
                     line=op.line,
@@ -170,9 +170,9 @@ def _shown_at(cause: CauseAt) -> int:
 def _phase_spans(trace: Trace, start: int, end: int) -> list[PhaseSpan]:
     spans: list[PhaseSpan] = []
     for index in range(start, end):
-        record = trace.ops[index]
-        if spans and spans[-1].phase == record.phase and spans[-1].step == record.step:
+        record, phase = trace.ops[index], trace.phase_of(index)
+        if spans and spans[-1].phase == phase and spans[-1].step == record.step:
             spans[-1] = spans[-1]._replace(end=index + 1)
         else:
-            spans.append(PhaseSpan(record.phase, record.step, index, index + 1))
+            spans.append(PhaseSpan(phase, record.step, index, index + 1))
     return spans

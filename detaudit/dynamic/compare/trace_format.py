@@ -95,6 +95,8 @@ class Trace:
     digests: list[int]  # a digest id indexes this list
     rng_events: list[RngEvent] = field(default_factory=list)
     final: dict[str, int] = field(default_factory=dict)  # final-state tensor name -> digest id
+    # (path, line) of the ops run once training started: phase_of's, made on first use
+    _trained_lines: set | None = field(default=None, init=False, repr=False, compare=False)
 
     @classmethod
     def load(cls, path: str | Path) -> "Trace":
@@ -110,6 +112,17 @@ class Trace:
         Path(path).write_text(
             json.dumps({"ops": self.ops, "digests": self.digests, "rng_events": self.rng_events, "final": self.final})
         )
+
+    def phase_of(self, index: int) -> str:
+        """The phase a report gives op ``index``: setup only for a line that
+        never ran again once training started (a batch made in the loop's
+        first iteration, before its first forward, is the loop's forward)."""
+        record = self.ops[index]
+        if record.phase != SETUP:
+            return record.phase
+        if self._trained_lines is None:
+            self._trained_lines = {(op.path, op.line) for op in self.ops if op.phase != SETUP}
+        return FORWARD if (record.path, record.line) in self._trained_lines else SETUP
 
     def value(self, digest_id: int):
         if digest_id < 0:
