@@ -16,6 +16,9 @@ FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "dynamic"
 CASES = [
     # fixture, extra args, kind, op prefix, line, module, what else the cause says
     ("rng_reseed.py", [], "rng", "aten.bernoulli", 14, "model.1", {"call": "torch.seed", "line": 10}),
+    # one reseed, two draws at the model's line (normal_ and uniform_): one cause, in setup, naming the other draw
+    ("rng_reseed_model.py", [], "rng", "aten.normal_", 9, "", {"call": "torch.seed", "line": 8, "also": [
+        "aten.uniform_.default at fixtures/dynamic/rng_reseed_model.py:9"]}),
     ("uninitialized_bias.py", [], "uninitialized-memory", "aten.empty", 11, "", {}),
     ("external_numpy.py", [], "external-input", "aten.lift_fresh", 13, "", {}),
     ("control_flow_pid.py", [], "control-flow", "aten.randn", 14, "", {"op": "aten.randn.default", "line": 14}),

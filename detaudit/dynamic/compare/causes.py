@@ -272,13 +272,15 @@ class RngStateChange:
     path: str
     line: int
     step: int
+    also: tuple[str, ...] = ()  # the other draws from that state, "aten.uniform_.default at train.py:12"
 
     def describe(self) -> str:
         where = f"{self.path}:{self.line}"
-        return f"the generator state was set differently by {self.call}() at {where} (step {self.step})."
+        drawn = f" The same state was drawn from by {', '.join(self.also)}." if self.also else ""
+        return f"the generator state was set differently by {self.call}() at {where} (step {self.step}).{drawn}"
 
     def to_dict(self) -> dict:
-        return {"note": self.describe(), "call": self.call, "path": self.path, "line": self.line}
+        return {"note": self.describe(), "call": self.call, "path": self.path, "line": self.line, "also": list(self.also)}
 
 
 @dataclass(frozen=True)

@@ -20,10 +20,10 @@ that differed, so the chart and the root causes come from the same rerun.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable
 
-from detaudit.dynamic.compare.causes import NONDETERMINISTIC_OP
+from detaudit.dynamic.compare.causes import NONDETERMINISTIC_OP, RngStateChange
 from detaudit.dynamic.compare.classify import CauseAt, PairComparison, Site, Trace, compare_traces, first_step
 from detaudit.dynamic.compare.divergence import ROOT, Divergence, divergence_of, root_causes_by_record
 from detaudit.dynamic.compare.state_diff import SavedState, compare_saved_states, tensor_diff
@@ -125,6 +125,7 @@ def build_report(
                 effect=FINAL_STATE if entry.reaches_final else LATENT,
             )
         )
+    causes = _one_cause_per_rng_state(causes)
     causes.sort(key=lambda c: (c.first_step, c.path, c.line))
     notes = []
     if worst_tensors and not causes:
@@ -165,6 +166,31 @@ def _variation_record(variation: Variation | None, settings: list, environments:
     if environments and len(environments) == len(settings):
         record["in_effect"] = [variation.in_effect(environment) for environment in environments]
     return record
+
+
+def _one_cause_per_rng_state(causes: list[RootCause]) -> list[RootCause]:
+    """Draws from one generator state that a call set differently (``torch.seed()``
+    before a model's normal_ and uniform_) are one hazard: one cause, at the
+    first draw, naming the others."""
+    merged: dict[RngStateChange, RootCause] = {}
+    kept = []
+    for cause in causes:
+        change = cause.other_side
+        if not isinstance(change, RngStateChange):
+            kept.append(cause)
+            continue
+        first = merged.get(change)
+        if first is None:
+            merged[change] = cause
+            kept.append(cause)
+            continue
+        first.other_side = replace(first.other_side, also=(*first.other_side.also, f"{cause.op} at {cause.path}:{cause.line}"))
+        first.seen = max(first.seen, cause.seen)
+        if cause.effect == FINAL_STATE:
+            first.effect = FINAL_STATE
+        if cause.max_abs_diff is not None:
+            first.max_abs_diff = max(first.max_abs_diff or 0.0, cause.max_abs_diff)
+    return kept
 
 
 def _measure_deviations(
