@@ -1,7 +1,7 @@
 """detaudit never changes what a script can do: each script under
 fixtures/dynamic/transparency/ exercises APIs training stacks use on storages
 and prints its results; traced (by either recorder, with the allocation fill
-and the final state on, as ``detaudit run`` traces) it prints the same as run
+the final state and run 1's online capture on, as ``detaudit run`` traces) it prints the same as run
 plainly."""
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ def test_a_script_prints_the_same_traced_as_plain(script, native, tmp_path):
         script,
         options=LaunchOptions(
             seed=0, output_dir=tmp_path / "run", extra_env={"DETAUDIT_NATIVE": native},
-            features=(Tracing(allocation_fill=1), SaveFinalState()),
+            features=(Tracing(allocation_fill=1, keep_first_steps=True), SaveFinalState()),
         ),
         timeout=300,
         cwd=tmp_path,

@@ -130,6 +130,8 @@ class OnlineCapture:
             inputs, self._inputs = self._inputs[1], None
         if self.ended or not self._compared(record_index):
             return
+        if any(t.is_meta for t in outputs):  # shapes without data: nothing to measure
+            return
         if self._resolved(record_index):
             self._decide(record_index, *self._captures(inputs, outputs, results))
             return

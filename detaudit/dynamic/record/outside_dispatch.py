@@ -13,6 +13,8 @@ enters the trace as an external input where it is first read.  Calls of
 ``torch.compile`` (and ``nn.Module.compile``) are noted with their line
 (``OpTracer.note_compile``): while the tracer's mode is active dynamo
 compiles nothing, so the report says that compiled regions ran eagerly.
+``torch.utils.swap_tensors`` first lets go of the tracer's weak references to
+the last op's outputs, which it would refuse.
 """
 
 from __future__ import annotations
@@ -65,6 +67,7 @@ class OutsideDispatch:
         self._patch_receivers()
         self._patch_python_reads()
         self._patch_compile()
+        self._patch_swap_tensors()
 
     def remove(self) -> None:
         while self.patched:
@@ -102,6 +105,22 @@ class OutsideDispatch:
             if original is not None:
                 self.patched.append((owner, attribute, original))
                 setattr(owner, attribute, self._noting_compile(call, original))
+
+    def _patch_swap_tensors(self) -> None:
+        """``torch.utils.swap_tensors`` refuses a tensor with a weak reference; the
+        tracer holds one to the last op's outputs until the next op reads their
+        ``grad_fn`` (``Module._apply`` swaps a parameter with the copy an op just
+        made): read it now, and let go of them."""
+        original = torch.utils.swap_tensors
+        tracer = self.tracer
+
+        @functools.wraps(original)
+        def swapping(*args, **kwargs):
+            tracer.note_forward_sites()
+            return original(*args, **kwargs)
+
+        self.patched.append((torch.utils, "swap_tensors", original))
+        torch.utils.swap_tensors = swapping
 
     def _noting_compile(self, call: str, original):
         tracer = self.tracer

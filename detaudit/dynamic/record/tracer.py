@@ -425,7 +425,7 @@ class OpTracer:
             self.paused = paused
 
     # -- attribution -------------------------------------------------------
-    def _note_forward_sites(self) -> None:
+    def note_forward_sites(self) -> None:
         """Map the autograd nodes of the last op's outputs to its site.
 
         Autograd gives an op's outputs their ``grad_fn`` above this mode,
@@ -435,6 +435,8 @@ class OpTracer:
         custom ``autograd.Function``'s forward, which runs with it off, get
         the Function's node, which stays unattributed (its backward's ops are
         the user's own lines)."""
+        if self._last_outputs is None:
+            return
         outputs, site = self._last_outputs
         self._last_outputs = None
         for output in outputs:
@@ -471,6 +473,8 @@ class OpTracer:
     def _stage_digest(self, tensor: torch.Tensor) -> int:
         digest_id = len(self.digests) + len(self._staged)
         try:
+            if tensor.is_meta:  # a shape without data (a model built on the meta device)
+                raise NotImplementedError
             if tensor.is_cpu and self._host_digests:
                 self._staged.append(host_digest(tensor))
             else:
@@ -608,7 +612,7 @@ class OpTracer:
             return self.communications.record(func, info, args, kwargs, caller)
         record_index = len(self.records)
         if self._last_outputs is not None:
-            self._note_forward_sites()
+            self.note_forward_sites()
         site = self._site(caller)
         if info.flat_args:
             flat_args = (*args, *kwargs.values()) if kwargs else args

@@ -482,7 +482,7 @@ PyObject* output_ref(Tracer& tracer, PyObject* object, const OpInfo& info, int64
   return staged_id;
 }
 
-// OpTracer._note_forward_sites
+// OpTracer.note_forward_sites
 bool note_forward_sites(Tracer& tracer, PyObject* last_outputs) {
   Ref held = Ref::borrow(last_outputs);
   if (PyObject_SetAttr(tracer.self, names.last_outputs, Py_None) < 0) return false;
