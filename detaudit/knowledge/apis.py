@@ -175,10 +175,6 @@ RESEED_FROM_ENTROPY = frozenset(
     {"torch.seed", "torch.random.seed", "torch.cuda.seed", "torch.cuda.seed_all"}
 )
 
-#: Generator classes whose ``.seed()`` method, called without an argument,
-#: reseeds the object from the OS (torch's from std::random_device) on every run.
-RESEEDED_FROM_ENTROPY_BY_SEED_METHOD = frozenset({"torch.Generator", "random.Random", "numpy.random.RandomState"})
-
 #: Calls that take a seed, and where it goes (keyword, position); for some of them
 #: a missing or ``None`` seed means "seed from the OS" (entropy-seed knows which).
 SEED_PARAMETERS: dict[str, tuple[str, int]] = {

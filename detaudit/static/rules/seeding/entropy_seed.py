@@ -5,7 +5,7 @@ from __future__ import annotations
 import libcst as cst
 
 from detaudit.findings import Severity
-from detaudit.knowledge.apis import RESEED_FROM_ENTROPY, RESEEDED_FROM_ENTROPY_BY_SEED_METHOD, RNG_LABELS, SEED_PARAMETERS
+from detaudit.knowledge.apis import RESEED_FROM_ENTROPY, RNG_LABELS, SEED_PARAMETERS
 from detaudit.static.analyses.strings import is_string_expression
 from detaudit.static.engine.facts import CallFact
 from detaudit.static.engine.names import dotted_name
@@ -27,6 +27,9 @@ ENTROPY_CALLS = frozenset(
 
 #: Every function of these modules draws from the OS entropy pool.
 ENTROPY_MODULE_PREFIXES = ("secrets.",)
+# Generator classes whose ``.seed()`` method, called without an argument, reseeds
+# the object from the OS (torch's from std::random_device) on every run.
+RESEEDED_BY_SEED_METHOD = frozenset({"torch.Generator", "random.Random", "numpy.random.RandomState"})
 
 #: Calls of SEED_PARAMETERS that seed from the OS when the seed is missing or ``None``.
 SEEDED_BY_OS_WHEN_NONE = frozenset(
@@ -206,7 +209,7 @@ class EntropySeed(Rule):
         if not isinstance(receiver, cst.Call):
             return None
         qualname = self.facts.names.resolve(receiver.func)
-        return qualname if qualname in RESEEDED_FROM_ENTROPY_BY_SEED_METHOD else None
+        return qualname if qualname in RESEEDED_BY_SEED_METHOD else None
 
     def _drawn_fallback(self, seed: cst.BaseExpression | None) -> tuple[CallFact, str] | None:
         """``opt.seed = random.randint(1, 10000)`` somewhere in the file when the seed
