@@ -225,7 +225,15 @@ def main() -> int:
         config["output_dir"] = str(enter_rank_folder(Path(config["output_dir"])))
     faulthandler.enable()  # a segfault in an extension shows where the script was
     session = ChildSession(config)
-    return session.run(config["script"], config["args"])
+    exit_code = session.run(config["script"], config["args"])
+    if session.per_rank and ("stopped_at_max_steps" in session.payload or "stopped_by_rank" in session.payload):
+        # detaudit stopped this rank with its process group still up, and maybe a peer gone:
+        # finalizing it then can abort the process ("terminate called without an active
+        # exception") after its results are written. Nothing of the script runs after a stop.
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(exit_code)
+    return exit_code
 
 
 if __name__ == "__main__":
