@@ -84,6 +84,12 @@ def test_a_deep_copied_tensor_is_deterministic():
     assert report.verdict == "deterministic", report.root_causes
 
 
+def test_uninitialized_memory_only_copied_before_it_is_overwritten_is_not_read(capsys):
+    # was: latent, external-input at a view of the storage (torchtitan-style FSDP2 meta init)
+    code, report = _run_json(capsys, FIXTURES / "uninitialized_copied_then_initialised.py", "--repeats", "2")
+    assert (code, report["verdict"], report["root_causes"]) == (0, "deterministic", [])
+
+
 def test_the_lstm_word_language_model_is_deterministic(capsys):
     # was: nondeterministic, aten.mkldnn_rnn_layer max |diff| 255, 0 final tensors differ
     code, report = _run_json(capsys, FIXTURES / "lstm_word_lm.py", "--steps", "0", "--repeats", "2")

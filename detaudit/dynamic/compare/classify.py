@@ -21,10 +21,14 @@ propagated from the causes whose difference Python read, not a new root cause.
 
 Each difference carries the set of root causes it descends from (its
 *taint*), from producer to reader through digest ids.  A root cause counts
-only when something read its difference: a later op took a differing output
-(or a view of it) as input, it reached the final state, or it is a different
-program path.  An output nobody read (a workspace, the unused output of a
-multi-output op) cannot change a result and is never reported.  A cause whose
+only when something read its difference: a later op computed from a
+differing output (or a view of it), it reached the final state, or it is a
+different program path.  An output nobody read (a workspace, the unused output
+of a multi-output op) cannot change a result and is never reported; nor can a
+difference that ops only moved (``MOVES_DATA``: views, copies, concatenations)
+before it was overwritten, as FSDP2 copies the uninitialized storage of a
+model built on the meta device before its weights are initialised: the
+copies carry its taint, and whatever computes from them reads it.  A cause whose
 taint reaches a differing tensor of the final state (parameters, gradients,
 buffers, optimizer state, loss) *reaches the final state*; a read one that
 does not is *latent*: its difference vanished on the way, and other data or
@@ -168,7 +172,8 @@ def compare_traces(a: Trace, b: Trace) -> PairComparison:
         if not (inputs_differ or outputs_differ or args_differ):
             continue
         upstream = taint.of_inputs(ra, inputs_differ)
-        taint.mark_read(upstream)
+        if not moves_data(ra.op):
+            taint.mark_read(upstream)
         cause = _classify(a, b, ra, index, inputs_differ, bool(outputs_differ), args_differ, differing_records)
         differing_records.add(index)
         if cause is not None and cause.kind in _ENTER_FROM_PYTHON and taint.python_read:
@@ -180,7 +185,7 @@ def compare_traces(a: Trace, b: Trace) -> PairComparison:
             taint.causes.append(cause)
         for position in outputs_differ:
             taint.of_digest[ra.outputs[position]] = upstream
-        if outputs_differ:
+        if outputs_differ or (inputs_differ and not ra.outputs):  # (a view has no output digests)
             taint.of_record[index] = upstream
             if any(is_python_value(meta) for meta in ra.out_meta):
                 taint.python_read |= upstream
@@ -305,6 +310,20 @@ def _rng_state_change(a: Trace, b: Trace, index: int) -> RngStateChange | None:
     if changed is None:
         return None
     return RngStateChange(changed.call, changed.path, changed.line, changed.step)
+
+
+#: aten ops whose outputs are their inputs' elements moved, viewed or converted one by one: a
+#: difference that goes through them is not read until an op computes from it
+MOVES_DATA = frozenset({
+    "view", "_unsafe_view", "reshape", "alias", "detach", "expand", "t", "transpose", "permute",
+    "unsqueeze", "squeeze", "flatten", "unflatten", "slice", "narrow", "select", "split",
+    "split_with_sizes", "chunk", "unbind", "as_strided", "contiguous", "clone", "copy_", "_to_copy",
+    "cat", "stack",
+})
+
+def moves_data(op: str) -> bool:
+    """Whether a record's op (``aten.copy_.default``) only moves its inputs' elements."""
+    return op.startswith("aten.") and op.split(".")[1] in MOVES_DATA
 
 
 #: the op namespaces of torch.distributed's collectives and point-to-point ops

@@ -122,7 +122,7 @@ class OnlineCapture:
             self._value(inputs[p]) == reference_inputs[p] for p in entered
         ):
             return  # (a digest still on its device is None: never equal, copied)
-        self._inputs = (record_index, [v.detach().clone() for v in flat_args if isinstance(v, torch.Tensor)])
+        self._inputs = (record_index, self._untraced(lambda: [v.detach().clone() for v in flat_args if isinstance(v, torch.Tensor)]))
 
     def after_op(self, record_index: int, outputs: list, results: list) -> None:
         inputs = None
@@ -139,18 +139,14 @@ class OnlineCapture:
         if self._pending_bytes + size > min(PENDING_BYTES, self._budget - self._kept):
             return  # left out: the parent reruns this pair if it needs the record
         self._pending_bytes += size
-        self._pending.append((record_index, inputs, [t.detach().clone() for t in outputs], _numbers(results)))
+        self._pending.append((record_index, inputs, self._untraced(lambda: [t.detach().clone() for t in outputs]), _numbers(results)))
 
     def python_read(self, record_index: int, tensor: torch.Tensor) -> None:
         """A record of a Python read, kept as the tracer's capture keeps it
         (its tensor as input and output, whole), in full and sampled alike."""
         if self.ended or not self._compared(record_index) or not self._resolved(record_index):
             return  # (Python reads the value at once: its digest is on the host)
-        paused, self.tracer.paused = self.tracer.paused, True  # (outside the dispatcher: the copy is not the run's)
-        try:
-            copy = tensor.detach().to("cpu", copy=True)
-        finally:
-            self.tracer.paused = paused
+        copy = self._untraced(lambda: tensor.detach().to("cpu", copy=True))
         entry = {"inputs": [copy], "outputs": [copy]}
         self._decide(record_index, lambda: entry, lambda: entry)
 
@@ -219,8 +215,18 @@ class OnlineCapture:
             self._per_site[site] += 1
             self._keep(self.full, record_index, full)
 
+    def _untraced(self, copy):
+        """``copy()``, with the tracer paused: the copies are not the run's (outside
+        the dispatcher, and a wrapper subclass such as DTensor runs Python, which
+        reads tensors, to copy itself)."""
+        paused, self.tracer.paused = self.tracer.paused, True
+        try:
+            return copy()
+        finally:
+            self.tracer.paused = paused
+
     def _keep(self, into: dict, record_index: int, capture) -> None:
-        entry = capture()
+        entry = self._untraced(capture)
         size = _nbytes(entry["outputs"]) + _nbytes(entry.get("inputs", []))
         if self._kept + size > self._budget:
             return  # left out: the parent reruns this pair if it needs the record
