@@ -19,6 +19,10 @@ CASES = [
     # one reseed, two draws at the model's line (normal_ and uniform_): one cause, in setup, naming the other draw
     ("rng_reseed_model.py", [], "rng", "aten.normal_", 9, "", {"call": "torch.seed", "line": 8, "also": [
         "aten.uniform_.default at fixtures/dynamic/rng_reseed_model.py:9"]}),
+    # never seeded: the data, the weights and the masks drawn after a restored state are one cause, at the first draw
+    ("unseeded_state_restored.py", ["--no-seed", "--repeats", "2"], "rng", "aten.randn", 10, "", {"also": [
+        "aten.uniform_.default at fixtures/dynamic/unseeded_state_restored.py:11",
+        "aten.bernoulli_.float at fixtures/dynamic/unseeded_state_restored.py:18"]}),
     ("uninitialized_bias.py", [], "uninitialized-memory", "aten.empty", 11, "", {}),
     ("external_numpy.py", [], "external-input", "aten.lift_fresh", 13, "", {}),
     ("control_flow_pid.py", [], "control-flow", "aten.randn", 14, "", {"op": "aten.randn.default", "line": 14}),

@@ -276,11 +276,32 @@ class RngStateChange:
 
     def describe(self) -> str:
         where = f"{self.path}:{self.line}"
-        drawn = f" The same state was drawn from by {', '.join(self.also)}." if self.also else ""
+        drawn = f" The same state was drawn from by {_draws(self.also)}." if self.also else ""
         return f"the generator state was set differently by {self.call}() at {where} (step {self.step}).{drawn}"
 
     def to_dict(self) -> dict:
         return {"note": self.describe(), "call": self.call, "path": self.path, "line": self.line, "also": list(self.also)}
+
+
+def _draws(also: tuple[str, ...], shown: int = 3) -> str:
+    """"A, B, C and 4 more": the other draws of one RNG hazard."""
+    more = f" and {len(also) - shown} more" if len(also) > shown else ""
+    return ", ".join(also[:shown]) + more
+
+
+@dataclass(frozen=True)
+class UnseededGenerator:
+    """An RNG cause no traced call explains: the generator's state already
+    differed when the run began (never seeded, or seeded outside the trace)."""
+
+    also: tuple[str, ...] = ()  # the other draws of that hazard, "aten.uniform_.default at train.py:12"
+
+    def describe(self) -> str:
+        drawn = f" It was drawn from by {_draws(self.also)} too." if self.also else ""
+        return f"no traced call set this generator: it was never seeded, so every run starts from another state.{drawn}"
+
+    def to_dict(self) -> dict:
+        return {"note": self.describe(), "also": list(self.also)}
 
 
 @dataclass(frozen=True)
@@ -296,4 +317,4 @@ class RankNote:
         return {"note": self.note}
 
 
-OtherSide = Union[OtherRunOp, ExtraOps, RngStateChange, RankNote]
+OtherSide = Union[OtherRunOp, ExtraOps, RngStateChange, UnseededGenerator, RankNote]

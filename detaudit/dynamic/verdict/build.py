@@ -23,7 +23,8 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Callable
 
-from detaudit.dynamic.compare.causes import NONDETERMINISTIC_OP, RngStateChange
+from detaudit.dynamic.compare.causes import NONDETERMINISTIC_OP, RNG, UnseededGenerator
+from detaudit.knowledge.apis import RNG_STATE_RESTORERS
 from detaudit.dynamic.compare.classify import CauseAt, PairComparison, Site, Trace, compare_traces, first_step
 from detaudit.dynamic.compare.divergence import ROOT, Divergence, divergence_of, root_causes_by_record
 from detaudit.dynamic.compare.state_diff import SavedState, compare_saved_states, tensor_diff
@@ -169,27 +170,40 @@ def _variation_record(variation: Variation | None, settings: list, environments:
 
 
 def _one_cause_per_rng_state(causes: list[RootCause]) -> list[RootCause]:
-    """Draws from one generator state that a call set differently (``torch.seed()``
-    before a model's normal_ and uniform_) are one hazard: one cause, at the
-    first draw, naming the others."""
-    merged: dict[RngStateChange, RootCause] = {}
+    """Draws from one generator state that differed are one hazard: one cause,
+    at the first draw, naming the others.  The state a call set differently
+    (``torch.seed()`` before a model's normal_ and uniform_) is one; a
+    generator never seeded is one, with every state restored from it later
+    (``torch.set_rng_state``: Lightning's ``isolate_rng`` puts back the state it
+    saved, which differed because nothing seeded it)."""
+    unseeded = any(cause.kind is RNG and cause.other_side is None for cause in causes)
+
+    def hazard(cause: RootCause):
+        if cause.kind is not RNG:
+            return None
+        change = cause.other_side
+        if unseeded and (change is None or change.call in RNG_STATE_RESTORERS):
+            return UnseededGenerator
+        return change
+
+    merged: dict[object, RootCause] = {}
     kept = []
     for cause in causes:
-        change = cause.other_side
-        if not isinstance(change, RngStateChange):
+        key = hazard(cause)
+        if key is None:
             kept.append(cause)
             continue
-        first = merged.get(change)
+        first = merged.get(key)
         if first is None:
-            merged[change] = cause
+            if key is UnseededGenerator:
+                cause.other_side = UnseededGenerator()
+            merged[key] = cause
             kept.append(cause)
             continue
         first.other_side = replace(first.other_side, also=(*first.other_side.also, f"{cause.op} at {cause.path}:{cause.line}"))
         first.seen = max(first.seen, cause.seen)
         if cause.effect == FINAL_STATE:
             first.effect = FINAL_STATE
-        if cause.max_abs_diff is not None:
-            first.max_abs_diff = max(first.max_abs_diff or 0.0, cause.max_abs_diff)
     return kept
 
 
