@@ -45,6 +45,13 @@ _NUMPY_DTYPES = frozenset(
 )
 
 
+def inner_tensors(wrapper: torch.Tensor) -> list[torch.Tensor]:
+    """The tensors a wrapper subclass (DTensor ...) holds its data in."""
+    names, _ = wrapper.__tensor_flatten__()
+    inner = [getattr(wrapper, name) for name in names]  # (newer torch also lists a DeviceMesh here)
+    return [t for t in inner if isinstance(t, torch.Tensor)]
+
+
 def host_digest(tensor: torch.Tensor) -> int:
     """Digest of a CPU tensor's bytes in logical (row-major) order: position-
     sensitive, any dtype, equal across processes.  Small tensors get a CRC-32;
@@ -61,9 +68,7 @@ def host_digest(tensor: torch.Tensor) -> int:
     bytes of its own: its digest is that of the tensors inside it (a DTensor's
     is this rank's shard)."""
     if is_traceable_wrapper_subclass(tensor):
-        names, _ = tensor.__tensor_flatten__()
-        inner = [getattr(tensor, name) for name in names]  # (newer torch also lists a DeviceMesh here)
-        return zlib.crc32(b"".join(host_digest(t).to_bytes(8, "little") for t in inner if isinstance(t, torch.Tensor)))
+        return zlib.crc32(b"".join(host_digest(t).to_bytes(8, "little") for t in inner_tensors(tensor)))
     if not tensor.is_contiguous():
         tensor = tensor.contiguous()
     else:

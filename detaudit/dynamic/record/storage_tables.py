@@ -128,6 +128,13 @@ class StorageTables:
         if len(self) > self._forget_at:
             self._forget_dead_storages()
 
+    def forget_digests(self, tensors: list) -> None:
+        """The tensors' bytes changed where no version counter saw it (inside a
+        wrapper subclass's in-place op): forget every digest known for their storages."""
+        written = {id(storage): storage for storage in map(_storage, tensors) if storage is not None}
+        for key in [key for key, entry in self._digests.items() if written.get(key[0]) is entry[0]()]:
+            del self._digests[key]
+
     def _forget_dead_storages(self) -> None:
         for table in (self._digests, self._origins):
             dead = [key for key, entry in table.items() if entry[0]() is None]

@@ -54,7 +54,7 @@ import zlib
 from pathlib import Path
 
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._python_dispatch import TorchDispatchMode, is_traceable_wrapper_subclass
 
 from detaudit.dynamic.compare.trace_format import (
     ALLOCATED,
@@ -79,6 +79,7 @@ from detaudit.dynamic.record.digests import (
     DeviceDigests,
     full_capture,
     host_digest,
+    inner_tensors,
     rng_state_digest,
     sampled_capture,
 )
@@ -113,6 +114,11 @@ def _plain(value) -> str:
     """A non-tensor argument or result as text that is equal across processes
     (objects whose repr carries an address are reduced to their type)."""
     return repr(value) if isinstance(value, _PLAIN_ARG_TYPES) else type(value).__name__
+
+
+def _is_wrapper(tensor: torch.Tensor) -> bool:
+    """Whether a tensor is a wrapper subclass (DTensor ...): its data are tensors inside it."""
+    return type(tensor) is not torch.Tensor and type(tensor) is not torch.nn.Parameter and is_traceable_wrapper_subclass(tensor)
 
 
 def _flatten(values, into: list) -> list:
@@ -657,6 +663,11 @@ class OpTracer:
             if not info.flat_args:  # a written list of tensors (the _foreach_ ops')
                 written = _flatten(written, [])
             written = [item for item in written if isinstance(item, torch.Tensor)]
+            inside_wrappers = [t for item in written if _is_wrapper(item) for t in inner_tensors(item)]
+            if inside_wrappers:
+                # a wrapper's in-place op (DTensor's: FSDP2's init and optimizer) writes the
+                # tensors inside it below autograd, with no version bump: their digests are stale
+                self.tables.forget_digests(inside_wrappers)
             out_tensors = list({id(t): t for t in [*flat_result, *written] if isinstance(t, torch.Tensor)}.values())
             written_ids = {id(t) for t in written}
         else:

@@ -20,6 +20,7 @@
 // the process-wide caches below need no lock.
 
 #include <Python.h>
+#include <unordered_set>
 #include <frameobject.h>
 
 #include <ATen/core/Tensor.h>
@@ -319,6 +320,19 @@ class StorageTables {
     digests_.insert_or_assign(LayoutKey(*storage, tensor),
                               DigestEntry{storage->getWeakStorageImpl(), version, version + written, digest_id});
     if (size() > forget_at_) forget_dead_storages();
+  }
+
+  // The tensors' bytes changed where no version counter saw it (inside a wrapper subclass's
+  // in-place op): forget every digest known for their storages.
+  void forget_digests(const std::vector<at::Tensor>& tensors) {
+    std::unordered_set<const c10::StorageImpl*> written;
+    for (const at::Tensor& tensor : tensors) {
+      if (const c10::Storage* storage = storage_of(tensor)) written.insert(storage->unsafeGetStorageImpl());
+    }
+    if (written.empty()) return;
+    for (auto entry = digests_.begin(); entry != digests_.end();) {
+      entry = written.count(entry->first.storage) ? digests_.erase(entry) : std::next(entry);
+    }
   }
 
   size_t size() const { return digests_.size() + origins_.size(); }
@@ -1087,6 +1101,21 @@ PyObject* tables_remember(PyObject* self, PyObject* const* argv, Py_ssize_t argc
   });
 }
 
+PyObject* tables_forget_digests(PyObject* self, PyObject* tensors) {
+  Ref sequence(PySequence_Fast(tensors, "StorageTables.forget_digests: not a sequence"));
+  if (!sequence) return nullptr;
+  std::vector<at::Tensor> unpacked;
+  for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(sequence.get()); ++i) {
+    PyObject* item = PySequence_Fast_GET_ITEM(sequence.get(), i);
+    if (!THPVariable_Check(item)) return PyErr_Format(PyExc_TypeError, "StorageTables.forget_digests: not a tensor");
+    unpacked.push_back(THPVariable_Unpack(item));
+  }
+  return guarded([&] {
+    as_tables(self)->tables->forget_digests(unpacked);
+    Py_RETURN_NONE;
+  });
+}
+
 Py_ssize_t tables_length(PyObject* self) { return static_cast<Py_ssize_t>(as_tables(self)->tables->size()); }
 
 PyObject* tables_new(PyTypeObject* type, PyObject*, PyObject*) {
@@ -1115,6 +1144,7 @@ PyMethodDef tables_methods[] = {
     {"allocated", fastcall(tables_allocated), METH_FASTCALL, "allocated(tensor, record_index)"},
     {"produced", fastcall(tables_produced), METH_FASTCALL, "produced(tensor, record_index, written)"},
     {"remember", fastcall(tables_remember), METH_FASTCALL, "remember(tensor, version, digest_id, written=False)"},
+    {"forget_digests", tables_forget_digests, METH_O, "forget_digests(tensors): every digest of their storages"},
     {nullptr, nullptr, 0, nullptr}};
 
 PyType_Slot tables_slots[] = {
