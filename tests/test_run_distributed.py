@@ -84,6 +84,15 @@ def test_fsdp2_runs_under_detaudit_and_its_shards_are_not_compared_across_ranks(
 
 
 @pytest.mark.slow
+def test_pipeline_stages_are_not_compared_as_replicas(capsys):
+    # was: nondeterministic, "rank 1 held a different stage.weight than rank 0 at step 0"
+    code, report, err = _audit(capsys, FIXTURES / "pipeline_two_stages.py", "--steps", "3")
+    assert code == 0 and report["verdict"] == "deterministic", report["root_causes"]
+    assert report["root_causes"] == [] and report["steps_run"] == [3, 3]
+    assert any(note.startswith("replicas: the ranks exchanged only point-to-point messages") for note in report["notes"])
+
+
+@pytest.mark.slow
 def test_receive_from_any_source_is_localized_to_the_recv_on_rank_0(capsys):
     script = FIXTURES / "recv_any_source.py"
     code, report, _ = _audit(capsys, script, "--nproc-per-node", "3", "--steps", "12")

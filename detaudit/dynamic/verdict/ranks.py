@@ -17,6 +17,9 @@
   disagrees with rank 0 is a ``causes.REPLICA_DIVERGENCE``, localized from
   the comparison of the two ranks' traces: before the first step, at the first
   op whose result differed between them; later, at the optimizer update.
+  Ranks that joined no collective carrying data (pipeline stages exchange
+  activations point to point) hold no replicas: nothing is compared, and a
+  note says so.
 
 Imports neither torch nor numpy.
 """
@@ -64,7 +67,13 @@ def merge_ranks(
             if cause.max_abs_diff is not None:
                 known.max_abs_diff = max(known.max_abs_diff or 0.0, cause.max_abs_diff)
     causes = list(merged.values())
-    causes += replica_divergences(traces, replicas)
+    if _replicated(traces):
+        causes += replica_divergences(traces, replicas)
+    else:
+        notes.append(
+            "replicas: the ranks exchanged only point-to-point messages (send, recv), as pipeline stages do, or "
+            "nothing at all: they hold no replicas of one model, and nothing was compared across ranks"
+        )
     causes.sort(key=lambda c: (c.first_step, c.path, c.line, c.ranks))
     tensors = [
         {**tensor, "name": f"rank{rank}/{tensor['name']}"} for rank, report in enumerate(reports) for tensor in report.tensors
@@ -195,6 +204,20 @@ def _explain_collective(
         other_side=RankNote(
             "every rank sent identical data into it in every run: the communication decided the result."
         ),
+    )
+
+
+#: torch.distributed ops by which ranks exchange no data or each rank's own: no sign of data parallelism
+_NOT_REPLICATING = frozenset({"send", "recv_", "recv_any_source_", "barrier", "monitored_barrier"})
+
+
+def _replicated(traces: list[list[Trace]]) -> bool:
+    """Whether the ranks keep replicas of one model: some rank joined a collective that
+    carries data (DDP's broadcast and all-reduce, the script's own gradient averaging)."""
+    return any(
+        is_communication(record.op) and record.op.split(".")[1] not in _NOT_REPLICATING
+        for rank_traces in traces
+        for record in rank_traces[0].ops
     )
 
 
