@@ -24,9 +24,9 @@ Each difference carries the set of root causes it descends from (its
 only when something read its difference: a later op computed from a
 differing output (or a view of it), it reached the final state, or it is a
 different program path.  An output nobody read (a workspace, the unused output
-of a multi-output op) cannot change a result and is never reported; nor can a
-difference that ops only moved (``MOVES_DATA``: views, copies, concatenations)
-before it was overwritten, as FSDP2 copies the uninitialized storage of a
+of a multi-output op) cannot change a result and is never reported; nor, where
+the final state is digested, can a difference that ops only moved
+(``MOVES_DATA``: views, copies, concatenations) before it was overwritten, as FSDP2 copies the uninitialized storage of a
 model built on the meta device before its weights are initialised: the
 copies carry its taint, and whatever computes from them reads it.  A cause whose
 taint reaches a differing tensor of the final state (parameters, gradients,
@@ -161,6 +161,9 @@ def compare_traces(a: Trace, b: Trace) -> PairComparison:
     propagated = 0
     differing_records: set[int] = set()
     aligned = min(len(a.ops), len(b.ops))
+    # where the final state is digested, a moved difference counts once it reaches it; without,
+    # moving it is all that is known of its use
+    final_known = bool(a.final) and bool(b.final)
     for index in range(aligned):
         ra, rb = a.ops[index], b.ops[index]
         if ra.op != rb.op or ra.out_meta != rb.out_meta or len(ra.inputs) != len(rb.inputs):
@@ -172,7 +175,7 @@ def compare_traces(a: Trace, b: Trace) -> PairComparison:
         if not (inputs_differ or outputs_differ or args_differ):
             continue
         upstream = taint.of_inputs(ra, inputs_differ)
-        if not moves_data(ra.op):
+        if not (final_known and moves_data(ra.op)):
             taint.mark_read(upstream)
         cause = _classify(a, b, ra, index, inputs_differ, bool(outputs_differ), args_differ, differing_records)
         differing_records.add(index)
