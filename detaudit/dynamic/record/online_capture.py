@@ -199,6 +199,7 @@ class OnlineCapture:
             self._keep(self.full, record_index, full)
             return
         _, _, reference_args, reference_inputs, reference_outputs = self.reference[record_index]
+        self.reference[record_index] = None  # decided once: a long run holds only what is still to compare
         inputs_differ = [p for p, (i, v) in enumerate(zip(record[_INPUTS], reference_inputs)) if self._value(i) != v]
         outputs_differ = any(self._value(o) != v for o, v in zip(record[_OUTPUTS], reference_outputs))
         if not (inputs_differ or outputs_differ or record[_ARGS] != reference_args):
