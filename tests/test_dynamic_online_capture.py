@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 import torch
 
+from detaudit.dynamic.compare import trace_format
 from detaudit.dynamic.compare.classify import Trace, compare_traces
 from detaudit.dynamic.compare.divergence import divergence_of
 from detaudit.dynamic.record.online_capture import OnlineCapture, select
@@ -112,3 +113,47 @@ def test_a_repeat_equal_to_the_reference_keeps_nothing(tmp_path):
     online = tracer.observer = OnlineCapture(tracer, tmp_path / "trace.json")
     traced(0.5, tracer)
     assert online.full == {} and online.sampled == {} and not online.ended
+
+
+def test_a_long_run_holds_its_last_step_and_a_line_of_the_reference_not_the_traces(tmp_path, monkeypatch):
+    """The bootstrap's way (``Tracing``): records go to trace.json at each step
+    end, and the reference is read as the repeat reaches it.  What is written
+    and kept is what a run that held everything writes and keeps."""
+    monkeypatch.setattr(trace_format, "_ROWS_PER_LINE", 8)  # a reference of many lines
+    traced(0.5, OpTracer()).save(tmp_path / "reference.json")
+    held_everything = OpTracer()
+    whole = held_everything.observer = OnlineCapture(held_everything, tmp_path / "reference.json")
+    expected = traced(0.25, held_everything)
+
+    tracer = OpTracer()
+    tracer.stream_to(tmp_path / "trace.json")
+    streamed = tracer.observer = OnlineCapture(tracer, tmp_path / "reference.json")
+    held = []  # at each step end: (records held, reference records held)
+
+    def step_end():
+        tracer.write_settled()
+        held.append((sum(record is not None for record in tracer.records), len(streamed._reference)))
+
+    watcher = TrainingWatcher(on_step_end=step_end)
+    tracer.attach(watcher)
+    try:
+        with tracer:
+            train(0.25)
+    finally:
+        watcher.close()
+    assert not (tmp_path / "trace.json").exists()  # whole or not at all: it appears at save
+    tracer.save(tmp_path)
+
+    written = Trace.load(tmp_path / "trace.json")
+    assert [list(map(_as_lists, record)) for record in written.ops] == [
+        list(map(_as_lists, record)) for record in expected.ops
+    ]
+    assert written.digests == expected.digests and written.final == expected.final
+    assert len(held) == 3 and all(records == 0 for records, _ in held), "a step's records stay after it ended"
+    assert all(reference <= 8 for _, reference in held), "more of the reference is held than the line read ahead"
+    assert streamed.full.keys() == whole.full.keys() and streamed.sampled.keys() == whole.sampled.keys()
+    assert streamed.full and streamed.sampled
+
+
+def _as_lists(value):
+    return [_as_lists(item) for item in value] if isinstance(value, (tuple, list)) else value

@@ -4,7 +4,9 @@ One ``OpRecord`` per aten op and one ``RngEvent`` per call that set the torch
 generators' state, plus the list of digests that records refer to by position
 (a *digest id*) and the digest id of each tensor of the final state.  ``Trace``
 holds them, and writes and reads ``trace.json`` (records as JSON arrays in
-field order, so a long trace stays compact).
+field order, so a long trace stays compact).  ``TraceWriter`` writes it as a
+run goes, a few thousand records a line, and ``iter_trace_rows`` reads it a
+line at a time: a long run holds neither its trace nor its reference's.
 
 Python reads of tensor data that dispatch no aten op (``Tensor.tolist``,
 ``Tensor.numpy``, ``torch.save``) are records too, named by the Python call
@@ -17,10 +19,12 @@ The tracer (child process, torch) writes through this module; the comparison
 
 from __future__ import annotations
 
+import itertools
 import json
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import NamedTuple, Sequence
+from typing import Iterable, Iterator, NamedTuple, Sequence
 
 UNINIT = -1  # digest id of an allocation op's output: equal in every run on purpose
 # digest id of an input whose bytes the op does not read: its own scratch space
@@ -100,18 +104,28 @@ class Trace:
 
     @classmethod
     def load(cls, path: str | Path) -> "Trace":
-        data = json.loads(Path(path).read_text())
-        return cls(
-            [OpRecord._make(row) for row in data["ops"]],
-            data["digests"],
-            [RngEvent._make(row) for row in data.get("rng_events", [])],
-            data.get("final", {}),
-        )
+        """Read trace.json a line at a time, its records as the tracer made them
+        (tuples, each name one string object however often it occurs): a
+        record costs about what it cost in the traced run, not the several
+        times more of JSON's lists and fresh strings."""
+        names: dict[str, str] = {}
+
+        def name(text: str) -> str:
+            return names.setdefault(text, text)
+
+        ops = [
+            OpRecord(
+                name(op), name(phase), name(path), line, name(module), step, tuple(map(name, out_meta)),
+                args, tuple(inputs), tuple(outputs), tuple(map(tuple, leaves)), seeded,
+            )
+            for rows in iter_trace_rows(path)
+            for op, phase, path, line, module, step, out_meta, args, inputs, outputs, leaves, seeded in rows
+        ]
+        tail = read_trace_tail(path)
+        return cls(ops, tail["digests"], [RngEvent._make(row) for row in tail["rng_events"]], tail["final"])
 
     def save(self, path: str | Path) -> None:
-        Path(path).write_text(
-            json.dumps({"ops": self.ops, "digests": self.digests, "rng_events": self.rng_events, "final": self.final})
-        )
+        write_trace(path, self.ops, self.digests, self.rng_events, self.final)
 
     def phase_of(self, index: int) -> str:
         """The phase a report gives op ``index``: setup only for a line that
@@ -128,3 +142,67 @@ class Trace:
         if digest_id < 0:
             return "uninitialized" if digest_id == UNINIT else "unread"
         return self.digests[digest_id]
+
+
+_ROWS_PER_LINE = 4096  # records serialized at a time, a line of the file each
+
+
+class TraceWriter:
+    """Writes trace.json as the records come, a few thousand records a line,
+    so that neither the records nor the file's text (as long again) is ever
+    held whole; the digests, generator events and final state are written at
+    ``close()``, which makes ``path`` appear whole (it is written beside it
+    until then): a run that dies leaves no half trace behind."""
+
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+        self._partial = self.path.with_name(self.path.name + ".partial")
+        self._out = open(self._partial, "w", encoding="utf-8")
+        self._out.write('{"ops": [')
+        self._separator = "\n"
+
+    def write_ops(self, ops: Iterable[Sequence]) -> None:
+        """Append records in ``OpRecord``'s field order (any sequences: the tracer's plain tuples)."""
+        for chunk in _chunks(ops, _ROWS_PER_LINE):
+            self._out.write(self._separator + json.dumps(chunk)[1:-1])
+            self._separator = ",\n"
+        self._out.flush()  # empty before the script can fork: a child that exits through Python writes nothing twice
+
+    def close(self, digests: list[int], rng_events: list, final: dict) -> None:
+        self._out.write("\n], " + json.dumps({"digests": digests, "rng_events": rng_events, "final": final})[1:])
+        self._out.close()
+        os.replace(self._partial, self.path)
+
+
+def write_trace(path: str | Path, ops: Iterable[Sequence], digests: list[int], rng_events: list, final: dict) -> None:
+    """Write trace.json at once (``TraceWriter``, with every record)."""
+    writer = TraceWriter(path)
+    writer.write_ops(ops)
+    writer.close(digests, rng_events, final)
+
+
+def iter_trace_rows(path: str | Path) -> Iterator[list]:
+    """The records of a trace.json ``TraceWriter`` wrote, a line (a few
+    thousand records, as lists) at a time: a reader that goes through them in
+    order holds one line, not the trace."""
+    with open(path, encoding="utf-8") as lines:
+        next(lines)  # '{"ops": ['
+        for line in lines:
+            if line.startswith("], "):
+                return
+            yield json.loads("[" + line.rstrip().removesuffix(",") + "]")
+
+
+def read_trace_tail(path: str | Path) -> dict:
+    """A trace.json's fields other than its records (digests, rng_events, final), from its last line."""
+    with open(path, encoding="utf-8") as lines:
+        for line in lines:
+            if line.startswith("], "):
+                return json.loads("{" + line[3:])
+    raise ValueError(f"{path}: not a whole trace")
+
+
+def _chunks(items: Iterable, size: int) -> Iterator[list]:
+    iterator = iter(items)
+    while chunk := list(itertools.islice(iterator, size)):
+        yield chunk

@@ -120,6 +120,11 @@ class Communications:
             self.pending[id(tensor.untyped_storage())] = (id(work), record_index)
         return result
 
+    def first_waiting(self, default: int) -> int:
+        """The record of the oldest communication that has not arrived (its
+        received digests are still to go into it); ``default`` if none."""
+        return min((entry[0] for entry in self._by_key.values()), default=default)
+
     def complete(self, key: int) -> None:
         """The communication ``key`` (its work's id) has arrived."""
         entry = self._by_key.pop(key, None)

@@ -39,6 +39,7 @@ class Tracing(ChildFeature):
             capture_ops=self.capture_ops, sampled_ops=self.sampled_ops, allocation_fill=self.allocation_fill
         )
         tracer.attach(session.watcher)
+        tracer.stream_to(session.output_dir / "trace.json")  # a long run holds its last step's records, not all
         self.online_capture = None
         if self.compare_with or self.keep_first_steps:
             from detaudit.dynamic.record.online_capture import OnlineCapture
@@ -46,7 +47,7 @@ class Tracing(ChildFeature):
             self.online_capture = tracer.observer = OnlineCapture(tracer, self.compare_with)
 
     def after_step(self, session) -> None:
-        session.tracer.flush()
+        session.tracer.write_settled()
 
     def dispatch_mode(self, session):
         return session.tracer

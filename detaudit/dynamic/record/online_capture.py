@@ -50,7 +50,7 @@ from pathlib import Path
 import torch
 
 from detaudit.dynamic.compare.divergence import STEPS_SHOWN
-from detaudit.dynamic.compare.trace_format import ALLOCATED, EXTERNAL, OpRecord, Trace
+from detaudit.dynamic.compare.trace_format import ALLOCATED, EXTERNAL, OpRecord, iter_trace_rows, read_trace_tail
 from detaudit.dynamic.record.digests import full_capture, sampled_capture
 
 MAX_PER_SITE = 4  # records kept in full per (op, file, line): a site's first read one is its cause
@@ -85,24 +85,20 @@ class OnlineCapture:
     trace.json); in run 1 (``reference=None``), keeping its first steps."""
 
     def __init__(self, tracer, reference: str | Path | None):
-        trace = Trace.load(reference) if reference is not None else None
-        # per record what the comparison aligns and compares, digests as values
-        self.reference = None if trace is None else [
-            (
-                record.op,
-                tuple(record.out_meta),
-                record.args,
-                tuple(_special(i) if i < 0 else trace.digests[i] for i in record.inputs),
-                tuple(_special(i) if i < 0 else trace.digests[i] for i in record.outputs),
-            )
-            for record in trace.ops
-        ]
-        self._budget = KEPT_BYTES if trace is not None else FIRST_STEPS_BYTES
+        self.compares = reference is not None  # a repeat; run 1 keeps its first steps
+        # the reference's records, read a line of the file at a time as the run
+        # reaches them (iter_trace_rows), and dropped once decided: a long run
+        # holds the few thousand it is at, not the reference trace
+        self._reference_rows = iter_trace_rows(reference) if self.compares else iter(())
+        self._reference_digests = read_trace_tail(reference)["digests"] if self.compares else []
+        self._reference: dict[int, tuple] = {}  # record -> what the comparison aligns and compares, digests as values
+        self._reference_read = 0  # records read from the reference
+        self._budget = KEPT_BYTES if self.compares else FIRST_STEPS_BYTES
         self.tracer = tracer
         self.full: dict[int, dict] = {}  # record -> full_capture
         self.sampled: dict[int, dict] = {}  # record -> sampled_capture
         self.ended = False  # a control-flow divergence (run 1: past its first steps): nothing after it is kept
-        self._first_step: int | None = None if trace is not None else 1  # the step of the first differing record
+        self._first_step: int | None = None if self.compares else 1  # the step of the first differing record
         self._per_site: Counter = Counter()
         self._kept = 0
         self._inputs: tuple[int, list] | None = None  # (record, inputs as the op read them) of the op running
@@ -117,8 +113,9 @@ class OnlineCapture:
         entered = [leaf[0] for leaf in leaves if leaf[1] in _ENTERED]
         if self.ended or not entered:
             return
-        reference_inputs = self.reference[record_index][3] if self.reference and record_index < len(self.reference) else ()
-        if self.reference is not None and len(reference_inputs) == len(inputs) and all(
+        reference = self._reference_record(record_index)
+        reference_inputs = reference[3] if reference is not None else ()
+        if reference is not None and len(reference_inputs) == len(inputs) and all(
             self._value(inputs[p]) == reference_inputs[p] for p in entered
         ):
             return  # (a digest still on its device is None: never equal, copied)
@@ -156,6 +153,29 @@ class OnlineCapture:
         for record_index, inputs, outputs, results in pending:
             if not self.ended:
                 self._decide(record_index, *self._captures(inputs, outputs, results))
+        # every record traced so far is decided or never will be (left out, shapes only)
+        traced = len(self.tracer.records)
+        for record_index in [index for index in self._reference if index < traced]:
+            del self._reference[record_index]
+
+    def _reference_record(self, record_index: int) -> tuple | None:
+        """What the reference's record ``record_index`` aligns and compares:
+        (op, out_meta, args, input digests, output digests); None past its end."""
+        while record_index >= self._reference_read:
+            rows = next(self._reference_rows, None)
+            if rows is None:
+                return None
+            digests = self._reference_digests
+            for op, _, _, _, _, _, out_meta, args, inputs, outputs, *_ in rows:
+                self._reference[self._reference_read] = (
+                    op,
+                    tuple(out_meta),
+                    args,
+                    tuple(_special(i) if i < 0 else digests[i] for i in inputs),
+                    tuple(_special(i) if i < 0 else digests[i] for i in outputs),
+                )
+                self._reference_read += 1
+        return self._reference.get(record_index)
 
     # -- deciding ----------------------------------------------------------
     def _compared(self, record_index: int) -> bool:
@@ -163,10 +183,10 @@ class OnlineCapture:
         aligns them), in run 1 whether it is in the first steps; the first one
         that is not ends the comparison."""
         record = self.tracer.records[record_index]
-        if self.reference is None:
+        if not self.compares:
             self.ended = record[_STEP] >= 1 + STEPS_SHOWN
             return not self.ended
-        reference = self.reference[record_index] if record_index < len(self.reference) else None
+        reference = self._reference_record(record_index)
         if reference is None or reference[0] != record[_OP] or reference[1] != record[_OUT_META] or len(reference[3]) != len(record[_INPUTS]):
             self.ended = True
             self._pending = []
@@ -194,12 +214,11 @@ class OnlineCapture:
         """Keep a record that differs from the reference's: ``full()`` if it may
         be a root cause, ``sampled()`` if the divergence chart shows it."""
         record = self.tracer.records[record_index]
-        if self.reference is None:  # run 1: every record of its first steps may be one that differs
+        if not self.compares:  # run 1: every record of its first steps may be one that differs
             self._keep(self.sampled, record_index, sampled)
             self._keep(self.full, record_index, full)
             return
-        _, _, reference_args, reference_inputs, reference_outputs = self.reference[record_index]
-        self.reference[record_index] = None  # decided once: a long run holds only what is still to compare
+        _, _, reference_args, reference_inputs, reference_outputs = self._reference.pop(record_index)
         inputs_differ = [p for p, (i, v) in enumerate(zip(record[_INPUTS], reference_inputs)) if self._value(i) != v]
         outputs_differ = any(self._value(o) != v for o, v in zip(record[_OUTPUTS], reference_outputs))
         if not (inputs_differ or outputs_differ or record[_ARGS] != reference_args):

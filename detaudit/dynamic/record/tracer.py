@@ -69,8 +69,8 @@ from detaudit.dynamic.compare.trace_format import (
     UNREAD,
     OpRecord,
     RngEvent,
-    Trace,
     python_value_meta,
+    TraceWriter,
 )
 from detaudit.dynamic.record import native
 from detaudit.dynamic.record.collectives import EARLY_READ_FIELDS, Communications
@@ -114,6 +114,11 @@ def _plain(value) -> str:
     """A non-tensor argument or result as text that is equal across processes
     (objects whose repr carries an address are reduced to their type)."""
     return repr(value) if isinstance(value, _PLAIN_ARG_TYPES) else type(value).__name__
+
+
+@functools.lru_cache(maxsize=1024)  # (a trace names a few source files, each many times)
+def _relative_path(filename: str, cwd: str) -> str:
+    return os.path.relpath(filename, cwd) if filename.startswith(cwd + os.sep) else filename
 
 
 def _is_wrapper(tensor: torch.Tensor) -> bool:
@@ -271,7 +276,10 @@ class OpTracer:
         compiled: bool = True,
     ):
         self._host_digests = not device_digests  # CPU tensors get host_digest()
-        self.records: list[tuple] = []  # OpRecord fields as plain tuples (see record())
+        self.records: list[tuple] = []  # OpRecord fields as plain tuples (see record()); None once written
+        self._writer: TraceWriter | None = None  # the trace file records go to as the run goes (stream_to)
+        self._written = 0  # records written to it
+        self._cwd = os.getcwd()  # the run's working directory, which trace.json's source paths are relative to
         self.digests: list[int] = []  # host digests; a digest id indexes this list once flushed
         self._staged: list[torch.Tensor | int] = []
         self._staged_on_device: list[int] = []  # positions in _staged of the digests that wait on a device
@@ -723,33 +731,55 @@ class OpTracer:
     # -- output ------------------------------------------------------------
     def trace_data(self) -> dict:
         """The fields of the ``Trace``, with source paths relative to the working directory."""
+        assert self._writer is None, "the records went to the trace file (stream_to)"
         self.flush()
-        cwd = os.getcwd()
-
-        @functools.lru_cache(maxsize=None)
-        def relative(filename: str) -> str:
-            return os.path.relpath(filename, cwd) if filename.startswith(cwd + os.sep) else filename
-
         return {
-            "ops": [OpRecord(op, phase, relative(path), *rest) for op, phase, path, *rest in self.records],
+            "ops": [OpRecord._make(self._relative(record)) for record in self.records],
             "digests": self.digests,
-            "rng_events": [event._replace(path=relative(event.path)) for event in self.rng_events],
+            "rng_events": [event._replace(path=_relative_path(event.path, self._cwd)) for event in self.rng_events],
             "final": self.final,
         }
 
+    def stream_to(self, trace_file: Path) -> None:
+        """Write the records to ``trace_file`` as the run goes (``write_settled``)
+        instead of holding them all until ``save``."""
+        self._writer = TraceWriter(trace_file)
+
+    def write_settled(self) -> None:
+        """Write the records that nothing can change any more to the trace file,
+        and let go of them: a long run holds its last step's records, not all.
+        A record stays until its digests are on the host (``flush``) and, for
+        a communication, until it has arrived (its received digests go into
+        its record).  Their slots stay, as None: a record's index is its position."""
+        if self._writer is None:
+            return
+        self.flush()
+        settled = self.communications.first_waiting(default=len(self.records))
+        if settled > self._written:
+            self._writer.write_ops(self._relative(self.records[i]) for i in range(self._written, settled))
+            self.records[self._written : settled] = [None] * (settled - self._written)  # in place: C++ holds the list
+            self._written = settled
+
+    def _relative(self, record: tuple) -> tuple:
+        """A record with its source path relative to the working directory the run started in."""
+        return (*record[:2], _relative_path(record[2], self._cwd), *record[3:])
+
     def save(self, output_dir: Path) -> dict:
         """Write trace.json (and capture.pt); returns their paths for the payload."""
-        trace_file = Path(output_dir) / "trace.json"
-        Trace(**self.trace_data()).save(trace_file)
-        files = {"trace_file": str(trace_file)}
+        if self._writer is None:
+            self.stream_to(Path(output_dir) / "trace.json")
+        self.write_settled()
+        self._writer.write_ops(self._relative(record) for record in self.records[self._written :])
+        rng_events = [event._replace(path=_relative_path(event.path, self._cwd)) for event in self.rng_events]
+        self._writer.close(self.digests, rng_events, self.final)
+        files = {"trace_file": str(self._writer.path)}
+        cwd = self._cwd + os.sep
         if self.communications.early_reads:
-            cwd = os.getcwd() + os.sep
             files["early_reads"] = [
                 {**dict(zip(EARLY_READ_FIELDS, read)), "path": read[2].removeprefix(cwd)}
                 for read in self.communications.early_reads
             ]
         if self.compile_calls:
-            cwd = os.getcwd() + os.sep
             files["compile_calls"] = [
                 {"call": call, "path": path.removeprefix(cwd), "line": line} for call, path, line in self.compile_calls
             ]
