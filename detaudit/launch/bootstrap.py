@@ -90,15 +90,8 @@ class ChildSession:
     @contextlib.contextmanager
     def untraced(self):
         """Run detaudit's own torch work (reading settings, digesting state) outside the trace."""
-        tracer = self.tracer
-        paused = tracer.paused if tracer else False
-        if tracer:
-            tracer.paused = True
-        try:
+        with self.tracer.untraced() if self.tracer else contextlib.nullcontext():
             yield
-        finally:
-            if tracer:
-                tracer.paused = paused
 
     def run(self, script: str, args: list[str]) -> int:
         stop_run: type[BaseException] | tuple = ()  # what the step limit and the tracer stop a run with

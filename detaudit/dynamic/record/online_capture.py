@@ -239,11 +239,8 @@ class OnlineCapture:
         """``copy()``, with the tracer paused: the copies are not the run's (outside
         the dispatcher, and a wrapper subclass such as DTensor runs Python, which
         reads tensors, to copy itself)."""
-        paused, self.tracer.paused = self.tracer.paused, True
-        try:
+        with self.tracer.untraced():
             return copy()
-        finally:
-            self.tracer.paused = paused
 
     def _keep(self, into: dict, record_index: int, capture) -> None:
         entry = self._untraced(capture)

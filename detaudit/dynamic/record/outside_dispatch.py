@@ -143,11 +143,8 @@ class OutsideDispatch:
             tracer.note_python_read(call, _flatten_tensors(obj, []))
             # the read is recorded; inside, the call may run ops of its own (and
             # come back here through a torch function mode): not the user's
-            tracer.paused = True
-            try:
+            with tracer.untraced():
                 return original(obj, *args, **kwargs)
-            finally:
-                tracer.paused = False
 
         return recording
 
@@ -156,11 +153,8 @@ class OutsideDispatch:
 
         @functools.wraps(function)  # keeps its name: pickle refers to it by name
         def untraced(*args, **kwargs):
-            paused, tracer.paused = tracer.paused, True
-            try:
+            with tracer.untraced():
                 return function(*args, **kwargs)
-            finally:
-                tracer.paused = paused
 
         return untraced
 

@@ -43,6 +43,7 @@ trace).
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import gc
 import inspect
@@ -330,6 +331,16 @@ class OpTracer:
     def attach(self, watcher) -> None:
         self.watcher = watcher
 
+    @contextlib.contextmanager
+    def untraced(self):
+        """Run detaudit's own torch work (digests, copies, reading state) outside
+        the trace; restores, not clears, a pause already on (a forked child's is for good)."""
+        paused, self.paused = self.paused, True
+        try:
+            yield
+        finally:
+            self.paused = paused
+
     def __enter__(self):
         # A full garbage collection walks every object torch and dynamo
         # created (80-150 ms here), and the objects the tracer keeps per op
@@ -369,11 +380,8 @@ class OpTracer:
 
     def note_rng_state_change(self, name: str, caller) -> None:
         frame = user_frame(caller)
-        paused, self.paused = self.paused, True  # reading the state is detaudit's business, not the trace's
-        try:
+        with self.untraced():  # reading the state is detaudit's business, not the trace's
             state = rng_state_digest()
-        finally:
-            self.paused = paused
         self.rng_events.append(
             RngEvent(
                 call=name,
@@ -397,11 +405,8 @@ class OpTracer:
         phase, filename, line, module = self._site(sys._getframe(2))  # the frame that called the read
         for tensor in tensors:
             record_index = len(self.records)
-            paused, self.paused = self.paused, True  # a digest taken here is detaudit's own work
-            try:
+            with self.untraced():  # a digest taken here is detaudit's own work
                 digest_id, origin = self._input_ref(tensor, record_index)
-            finally:
-                self.paused = paused
             self.records.append(
                 (
                     call,
@@ -421,22 +426,16 @@ class OpTracer:
             if self.observer is not None:
                 self.observer.python_read(record_index, tensor)
             if record_index in self.capture_ops:
-                paused, self.paused = self.paused, True  # (outside the dispatcher: the copy is not the run's)
-                try:
+                with self.untraced():  # (outside the dispatcher: the copy is not the run's)
                     copy = tensor.detach().to("cpu", copy=True)
-                finally:
-                    self.paused = paused
                 self.captured[record_index] = {"inputs": [copy], "outputs": [copy]}
                 if len(self.captured) == len(self.capture_ops):
                     raise StopRun()
 
     def note_final_state(self, state: dict) -> None:
         """The digest id of each tensor of the run's final state (name -> tensor)."""
-        paused, self.paused = self.paused, True
-        try:
+        with self.untraced():
             self.final = {name: self._input_ref(tensor, len(self.records))[0] for name, tensor in state.items()}
-        finally:
-            self.paused = paused
 
     # -- attribution -------------------------------------------------------
     def note_forward_sites(self) -> None:
@@ -524,8 +523,7 @@ class OpTracer:
         by_device: dict[torch.device, list[int]] = {}
         for position in on_device:
             by_device.setdefault(values[position].device, []).append(position)
-        paused, self.paused = self.paused, True
-        try:
+        with self.untraced():
             for positions in by_device.values():
                 host = torch.stack([values[p] for p in positions]).cpu().tolist()
                 for position, value in zip(positions, host):
@@ -533,8 +531,6 @@ class OpTracer:
             self.digests.extend(values)
             if self.observer is not None:
                 self.observer.flushed()
-        finally:
-            self.paused = paused
 
     def known_digest(self, digest_id: int) -> int | None:
         """The digest with id ``digest_id`` (>= 0) once it is on the host; None
