@@ -26,9 +26,10 @@ differing output (or a view of it), it reached the final state, or it is a
 different program path.  An output nobody read (a workspace, the unused output
 of a multi-output op) cannot change a result and is never reported; nor, where
 the final state is digested, can a difference that ops only moved
-(``MOVES_DATA``: views, copies, concatenations) before it was overwritten, as FSDP2 copies the uninitialized storage of a
-model built on the meta device before its weights are initialised: the
-copies carry its taint, and whatever computes from them reads it.  A cause whose
+(``MOVES_DATA``: views, copies, concatenations) before it was overwritten,
+as FSDP2 copies the uninitialized storage of a model built on the meta
+device before its weights are initialised: the copies carry its taint, and
+whatever computes from them reads it.  A cause whose
 taint reaches a differing tensor of the final state (parameters, gradients,
 buffers, optimizer state, loss) *reaches the final state*; a read one that
 does not is *latent*: its difference vanished on the way, and other data or
@@ -323,6 +324,7 @@ MOVES_DATA = frozenset({
     "split_with_sizes", "chunk", "unbind", "as_strided", "contiguous", "clone", "copy_", "_to_copy",
     "cat", "stack",
 })
+
 
 def moves_data(op: str) -> bool:
     """Whether a record's op (``aten.copy_.default``) only moves its inputs' elements."""
