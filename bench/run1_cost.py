@@ -11,6 +11,13 @@ time and peak resident memory (of the process tree: ``RUSAGE_CHILDREN`` of a
 measuring process of its own), and their ratios to the plain run.
 
 Usage: python bench/run1_cost.py SCRIPT [--steps N] [--rounds R] [-- ARGS...]
+
+docs/cost.md's "Long runs" figures: in a nanoGPT checkout (karpathy/nanoGPT,
+with ``bench/realcode_dynamic.py``'s synthetic shakespeare_char data),
+``python bench/run1_cost.py train.py --steps N -- config/train_shakespeare_char.py
+--device=cpu --compile=False --eval_iters=1 --log_interval=1 --block_size=32
+--batch_size=4 --n_layer=6 --n_head=2 --n_embd=32 --max_iters=1000
+--lr_decay_iters=1000 --always_save_checkpoint=False --eval_interval=1000``.
 """
 
 from __future__ import annotations
