@@ -1,7 +1,10 @@
 """Shared test configuration: GPU tests skip cleanly on machines without CUDA;
-the tracer's compiled recorder is built before any test runs."""
+the tracer's compiled recorder is built before any test runs; temporary
+folders detaudit makes in the test process go under pytest's own."""
 
 from __future__ import annotations
+
+import tempfile
 
 import pytest
 
@@ -29,3 +32,11 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "cuda" in item.keywords:
             item.add_marker(skip_cuda)
+
+
+@pytest.fixture(autouse=True)
+def _temporary_folders_under_pytest(tmp_path_factory, monkeypatch):
+    # a run_script() given no output_dir leaves its folder to its caller (the
+    # payload names files in it): under pytest's base folder, which pytest
+    # prunes, a test suite leaves none in /tmp
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path_factory.getbasetemp()))
