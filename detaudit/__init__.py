@@ -22,6 +22,7 @@ _LAZY_EXPORTS = {
     "status": "detaudit.runtime.status",
     "audit": "detaudit.dynamic.audit",
     "audit_batch_invariance": "detaudit.dynamic.batch.audit",
+    "audit_resume": "detaudit.resume.audit",
     "log_metric": "detaudit.stats.metrics",
     "log_predictions": "detaudit.stats.metrics",
 }

@@ -40,6 +40,11 @@ TORCH_FREE_MODULES = (
     "detaudit.dynamic.batch.report",
     "detaudit.dynamic.batch.vary",
     "detaudit.dynamic.record.native",
+    "detaudit.resume.components",
+    "detaudit.resume.compare",
+    "detaudit.resume.report",
+    "detaudit.resume.audit",
+    "detaudit.cli.resume",
 )
 
 

@@ -21,6 +21,7 @@ SUBCOMMANDS = {
     "check": "statically check training code for reproducibility hazards",
     "rules": "list the static rules, or document one",
     "run": "run a training script several times and find what makes it nondeterministic",
+    "resume": "check that a training resumed from its checkpoint continues exactly as an uninterrupted one",
     "ops": "print the knowledge base of nondeterministic ops",
     "calibrate": "measure which ops are nondeterministic with the installed torch",
     "status": "print this process's determinism settings",

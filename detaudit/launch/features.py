@@ -40,6 +40,7 @@ FEATURES: dict[str, str] = {
     "final-state": "detaudit.dynamic.record.features:SaveFinalState",
     "batch": "detaudit.dynamic.batch.vary:BatchAudit",
     "rank-metrics": "detaudit.stats.metrics:RankMetrics",
+    "resume": "detaudit.resume.feature:ResumeState",
 }
 
 

@@ -1,0 +1,54 @@
+"""``detaudit resume SCRIPT --interrupt-at K --resume-args=ARGS``: does a run
+resumed from its checkpoint continue exactly as one never interrupted?"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+from detaudit.cli import UsageError, add_script_arguments, positive_int
+
+
+def add_parser(subparsers) -> None:
+    parser = subparsers.add_parser(
+        "resume",
+        help="check that a training resumed from its checkpoint continues exactly as an uninterrupted one",
+        description=(
+            "Run SCRIPT three times under one seed: straight for N optimizer steps; interrupted before its "
+            "(K+1)-th step, after whatever it saved at step K; and resumed with the resume arguments for N-K steps. "
+            "Compare the resumed run with the straight one, component by component (parameters, buffers, "
+            "gradients, optimizer state, learning rate, LR scheduler, GradScaler, the RNG states, the batch), "
+            "as its first step starts and at every later step end. "
+            "Exit 0 equivalent, 1 diverges, 2 a run failed or the resumed run loaded no checkpoint."
+        ),
+    )
+    add_script_arguments(parser)
+    parser.add_argument("--interrupt-at", type=positive_int, required=True, metavar="K",
+                        help="interrupt the run before its (K+1)-th optimizer step (a step after which it checkpoints)")
+    parser.add_argument("--steps", type=positive_int, metavar="N", help="optimizer steps of the straight run (default 2*K)")
+    parser.add_argument("--resume-args", required=True, metavar="ARGS",
+                        help="arguments that make the script resume, split as a shell would; {step} is replaced by K "
+                        "(for example --resume-args='--resume')")
+    parser.add_argument("--seed", type=int, default=0, help="seed for random, numpy and torch before each run")
+    parser.add_argument("--no-seed", action="store_true", help="leave seeding to the script itself")
+    parser.add_argument("--timeout", type=float, default=600.0, help="seconds per run before it is killed")
+    parser.add_argument("--format", choices=("text", "json"), default="text")
+    parser.set_defaults(handler=run_resume)
+
+
+def run_resume(args) -> int:
+    from detaudit.resume.audit import audit_resume
+
+    try:
+        report = audit_resume(
+            args.script, args.interrupt_at, args.resume_args, steps=args.steps, script_args=args.script_args,
+            seed=None if args.no_seed else args.seed, timeout=args.timeout,
+            progress=lambda message: print(f"detaudit resume: {message}", file=sys.stderr),
+        )
+    except (ValueError, FileNotFoundError) as error:
+        raise UsageError(str(error)) from None
+    if args.format == "json":
+        print(json.dumps(report.to_json(), indent=2))
+    else:
+        print(report.text())
+    return report.exit_code

@@ -1,0 +1,127 @@
+"""``detaudit resume``'s engine: the three runs and the report.
+
+The runs go one after the other, in the working directory the script runs
+in, so that the checkpoint the interrupted run writes is the one the resumed
+run reads (the straight run goes first: a checkpoint it writes is
+overwritten).  Only the resumed run gets the resume arguments.  No run is
+traced: digests at the step boundaries are all a comparison needs, and a
+difference is measured from the tensors both runs keep of the first
+compared step.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import tempfile
+from pathlib import Path
+
+from detaudit.launch.features import RecordEnvironment
+from detaudit.launch.options import LaunchOptions
+from detaudit.launch.process import run_script
+from detaudit.resume.compare import compared_steps, differences
+from detaudit.resume.feature import ResumeState
+from detaudit.resume.report import DIVERGES, EQUIVALENT, ERROR, ResumeReport
+
+RUNS = ("straight", "interrupted", "resumed")
+
+
+def resume_arguments(resume_args: str, interrupt_at: int) -> list[str]:
+    """The resume arguments split as a shell would, ``{step}`` replaced by the step of the interruption."""
+    return shlex.split(resume_args.replace("{step}", str(interrupt_at)))
+
+
+def audit_resume(
+    script: str | Path,
+    interrupt_at: int,
+    resume_args: str,
+    *,
+    steps: int | None = None,
+    script_args: list[str] | tuple = (),
+    seed: int | None = 0,
+    timeout: float = 600.0,
+    cwd: str | Path | None = None,
+    progress=None,
+) -> ResumeReport:
+    """Run ``script`` straight, interrupted before step ``interrupt_at + 1``
+    and resumed with ``resume_args``; compare the resumed run with the
+    straight one at every step boundary after the interruption."""
+    if interrupt_at < 1:
+        raise ValueError(f"--interrupt-at must be at least 1, got {interrupt_at}")
+    steps = steps if steps is not None else 2 * interrupt_at
+    if steps <= interrupt_at:
+        raise ValueError(f"--steps ({steps}) must be more than --interrupt-at ({interrupt_at})")
+    script = str(script)
+    report = ResumeReport(script, interrupt_at, steps, ERROR)
+    base = [str(a) for a in script_args]
+    plans = {
+        "straight": (base, steps, ResumeState(keep_step=interrupt_at + 1)),
+        "interrupted": (base, 0, ResumeState(stop_before_step=interrupt_at + 1)),
+        "resumed": (base + resume_arguments(resume_args, interrupt_at), steps - interrupt_at, ResumeState(keep_step=1)),
+    }
+    results = {}
+    with tempfile.TemporaryDirectory(prefix="detaudit-resume-") as workdir:
+        for index, (name, (args, max_steps, feature)) in enumerate(plans.items()):
+            if progress:
+                progress(f"{name} run ({index + 1}/3)")
+            options = LaunchOptions(
+                seed=seed, max_steps=max_steps, output_dir=Path(workdir) / name, features=(feature, RecordEnvironment())
+            )
+            result = results[name] = run_script(script, args, options=options, timeout=timeout, cwd=cwd)
+            if result.failed or not result.wrote_results:
+                report.error = f"the {name} run of the script {result.describe_exit()}\n{result.output_tail()}".strip()
+                return report
+        _judge(report, results, cwd)
+    return report
+
+
+def _judge(report: ResumeReport, results: dict, cwd) -> None:
+    interrupt_at = report.interrupt_at
+    root = os.path.abspath(cwd or os.getcwd()) + os.sep
+    for name in ("interrupted", "resumed"):
+        for call in results[name].payload.get("checkpoint_calls", []):
+            report.checkpoint_calls.append({**call, "path": call["path"].removeprefix(root), "run": name})
+    report.environment = results["straight"].payload.get("environment", {})
+    made = {name: results[name].payload.get("steps", 0) for name in RUNS}
+    if made["interrupted"] < interrupt_at:
+        report.error = (
+            f"the script made {made['interrupted']} optimizer steps, fewer than --interrupt-at {interrupt_at}: "
+            "there was nothing to interrupt"
+        )
+        return
+    if not report.loaded_at:
+        report.error = (
+            "the resumed run loaded no checkpoint (no torch.load or load_state_dict was called): "
+            "the resume arguments had no effect"
+        )
+        return
+    if made["straight"] < report.steps:
+        report.warnings.append(f"the straight run ended after {made['straight']} of {report.steps} steps")
+    straight = results["straight"].payload.get("resume_boundaries", [])
+    resumed = results["resumed"].payload.get("resume_boundaries", [])
+    report.compared_steps = compared_steps(straight, resumed, interrupt_at)
+    if not report.compared_steps:
+        report.error = "the resumed run made no optimizer step: there was nothing to compare"
+        return
+    report.differences = differences(straight, resumed, interrupt_at)
+    report.verdict = DIVERGES if report.differences else EQUIVALENT
+    _measure(report, results["straight"].payload.get("resume_state_file"), results["resumed"].payload.get("resume_state_file"))
+
+
+def _measure(report: ResumeReport, straight_file: str | None, resumed_file: str | None) -> None:
+    """max |diff| of the differences as the first compared step starts, where both runs kept the tensors."""
+    first = [d for d in report.differences if d.step == report.interrupt_at + 1 and d.at == "start"]
+    if not (first and straight_file and resumed_file):
+        return
+    import torch
+
+    expected = torch.load(straight_file, map_location="cpu", weights_only=True)
+    got = torch.load(resumed_file, map_location="cpu", weights_only=True)
+    for difference in first:
+        deviations = []
+        for name in difference.names:
+            a, b = expected.get(f"{difference.component}:{name}"), got.get(f"{difference.component}:{name}")
+            if a is not None and b is not None and a.shape == b.shape and a.dtype == b.dtype and a.is_floating_point():
+                deviations.append((a.double() - b.double()).abs().max().item() if a.numel() else 0.0)
+        if deviations:
+            difference.max_abs_diff = max(deviations)

@@ -1,0 +1,210 @@
+"""The child's side of ``detaudit resume`` (imports torch): the digest of
+every component (``components.py``) at each optimizer step's start and end,
+and the lines where the script saved and loaded its checkpoint.
+
+Components that live in no object the training watcher knows are found as
+they are made: LR schedulers and GradScalers by their constructors, the batch
+as the inputs of the first module forward since the last step ended.  A
+value that is not a tensor (a scheduler's state, a generator's state, a
+hyperparameter) is digested through a canonical encoding of its numbers,
+strings and arrays: a function held in it counts by its type only, as its
+address differs between runs.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import random
+import sys
+from pathlib import Path
+
+import torch
+
+from detaudit.dynamic.record.digests import host_digest
+from detaudit.dynamic.record.final_state import optimizer_state
+from detaudit.launch.watcher import user_frame
+
+STATE_FILE = "resume_state.pt"
+#: the calls that write or read a checkpoint: (owner, attribute, name in the report)
+CHECKPOINT_CALLS = (
+    (torch, "save", "torch.save"),
+    (torch, "load", "torch.load"),
+    (torch.nn.Module, "load_state_dict", "load_state_dict"),
+    (torch.optim.Optimizer, "load_state_dict", "load_state_dict"),
+    (torch.optim.lr_scheduler.LRScheduler, "load_state_dict", "load_state_dict"),
+)
+#: the classes whose instances are components of their own: (class, the list they go to)
+TRACKED_CLASSES = ((torch.optim.lr_scheduler.LRScheduler, "schedulers"), (torch.amp.GradScaler, "scalers"))
+
+
+def value_digest(value) -> int:
+    """A 64-bit digest of a Python value, the same in every process for equal values."""
+    hasher = hashlib.blake2b(digest_size=8)
+    _feed(hasher, value)
+    return int.from_bytes(hasher.digest(), "little")
+
+
+def _feed(hasher, value) -> None:
+    if isinstance(value, torch.Tensor):
+        tensor = value.detach().to("cpu")
+        hasher.update(f"T{tensor.dtype}{list(tensor.shape)}{host_digest(tensor)};".encode())
+    elif isinstance(value, dict):
+        hasher.update(b"{")
+        for key in sorted(value, key=repr):
+            hasher.update(repr(key).encode() + b":")
+            _feed(hasher, value[key])
+        hasher.update(b"}")
+    elif isinstance(value, (list, tuple)):
+        hasher.update(b"[")
+        for item in value:
+            _feed(hasher, item)
+        hasher.update(b"]")
+    elif isinstance(value, (bool, int, float, complex, str, bytes, type(None))):
+        hasher.update(repr(value).encode() + b";")
+    elif hasattr(value, "tobytes") and hasattr(value, "dtype"):  # a NumPy array (NumPy's RNG state holds one)
+        hasher.update(f"A{value.dtype}{getattr(value, 'shape', ())}".encode() + value.tobytes() + b";")
+    else:  # a function, a module ...: its type (its address differs between runs)
+        hasher.update(f"<{type(value).__qualname__}>;".encode())
+
+
+def _caller() -> tuple[str, int]:
+    """The script's line that made the call: the innermost user frame outside
+    installed packages (a framework's checkpoint code is not the script's), else the innermost user frame."""
+    first = frame = user_frame(sys._getframe(2))
+    while frame is not None and "site-packages" in frame.f_code.co_filename:
+        frame = user_frame(frame.f_back)
+    frame = frame or first
+    return (frame.f_code.co_filename, frame.f_lineno) if frame else ("", 0)
+
+
+class BoundaryRecorder:
+    def __init__(self, session, keep_step: int):
+        self.session = session
+        self.keep_step = keep_step
+        self.boundaries: list[dict] = []
+        self.checkpoint_calls: dict[tuple, None] = {}  # (call, path, line), in order, once each
+        self.schedulers: list = []
+        self.scalers: list = []
+        self.batch: dict[str, torch.Tensor] = {}  # the inputs of the first forward since the last step ended
+        self.kept: dict[str, torch.Tensor] = {}
+        self._undo: list[tuple] = []
+        for owner, attribute, name in CHECKPOINT_CALLS:
+            self._patch(owner, attribute, self._noting(name, getattr(owner, attribute)))
+        for cls, into in TRACKED_CLASSES:
+            self._patch(cls, "__init__", self._tracking(getattr(self, into), cls.__init__))
+        self._forward_hook = torch.nn.modules.module.register_module_forward_pre_hook(self._first_forward)
+
+    def _patch(self, owner, attribute: str, replacement) -> None:
+        self._undo.append((owner, attribute, owner.__dict__[attribute]))
+        setattr(owner, attribute, replacement)
+
+    def _noting(self, name: str, original):
+        recorder = self
+
+        def noting(*args, **kwargs):
+            path, line = _caller()
+            if path:  # (not detaudit's own saves)
+                recorder.checkpoint_calls[(name, path, line)] = None
+            return original(*args, **kwargs)
+
+        noting.__wrapped__ = original
+        return noting
+
+    @staticmethod
+    def _tracking(instances: list, original):
+        def tracking(self, *args, **kwargs):
+            original(self, *args, **kwargs)
+            if not any(known is self for known in instances):
+                instances.append(self)
+
+        return tracking
+
+    def _first_forward(self, module, args) -> None:
+        if self.batch:
+            return
+        tensors = [value for value in _flatten(args) if isinstance(value, torch.Tensor)]
+        self.batch = {f"input[{index}]": tensor.detach().to("cpu", copy=True) for index, tensor in enumerate(tensors)}
+
+    # -- the components ---------------------------------------------------
+    def record(self, at: str) -> None:
+        """Digest every component as a step starts (``at="start"``) or ends."""
+        watcher = self.session.watcher
+        step = watcher.steps + 1 if at == "start" else watcher.steps
+        with self.session.untraced():
+            tensors, values = self._components(at)
+            digests = {
+                component: {name: host_digest(t.detach().to("cpu")) for name, t in named.items()}
+                for component, named in tensors.items()
+            }
+            for component, named in values.items():
+                digests.setdefault(component, {}).update({name: value_digest(v) for name, v in named.items()})
+            if at == "start" and step == self.keep_step:
+                self.kept = {f"{component}:{name}": t.detach().to("cpu", copy=True)
+                             for component, named in tensors.items() for name, t in named.items()}
+        self.boundaries.append({"at": at, "step": step, "digests": digests})
+        if at == "end":
+            self.batch = {}
+
+    def _components(self, at: str) -> tuple[dict, dict]:
+        """(tensors, other values), each {component: {name: value}}."""
+        watcher = self.session.watcher
+        tensors: dict[str, dict] = {"parameters": {}, "buffers": {}, "gradients": {}, "optimizer-state": {}}
+        seen: set[int] = set()
+        for root, module in watcher.roots:
+            for name, param in module.named_parameters():
+                if id(param) not in seen:
+                    seen.add(id(param))
+                    tensors["parameters"][f"{root}.{name}"] = param
+                    if at == "start" and param.grad is not None:
+                        tensors["gradients"][f"{root}.{name}.grad"] = param.grad
+            for name, buffer in module.named_buffers():
+                if id(buffer) not in seen:
+                    seen.add(id(buffer))
+                    tensors["buffers"][f"{root}.{name}"] = buffer
+        values: dict[str, dict] = {"lr": {}, "optimizer-state": {}}
+        for index, optimizer in enumerate(watcher.optimizers):
+            prefix = "optimizer" if index == 0 else f"optimizer{index + 1}"
+            for name, value in optimizer_state(optimizer, watcher.param_names).items():
+                tensors["optimizer-state"][prefix + name.removeprefix("optimizer")] = value
+            for group_index, group in enumerate(optimizer.param_groups):
+                for key, value in group.items():
+                    if key != "params":
+                        component = "lr" if key == "lr" else "optimizer-state"
+                        values[component][f"{prefix}.param_groups[{group_index}].{key}"] = value
+        if at == "start":
+            tensors["batch"] = self.batch
+        values["scheduler"] = {f"scheduler[{i}] ({type(s).__name__})": s.state_dict() for i, s in enumerate(self.schedulers)}
+        values["grad-scaler"] = {f"scaler[{i}]": s.state_dict() for i, s in enumerate(self.scalers)}
+        values["torch-rng"] = {"torch.get_rng_state()": torch.get_rng_state()}
+        if torch.cuda.is_available() and torch.cuda.is_initialized():
+            values["cuda-rng"] = {"torch.cuda.get_rng_state_all()": torch.cuda.get_rng_state_all()}
+        if "numpy" in sys.modules:
+            values["numpy-rng"] = {"np.random.get_state()": sys.modules["numpy"].random.get_state()}
+        values["python-rng"] = {"random.getstate()": random.getstate()}
+        return tensors, values
+
+    def close(self) -> dict:
+        """Undo the patches; the payload entries."""
+        self._forward_hook.remove()
+        for owner, attribute, original in reversed(self._undo):
+            setattr(owner, attribute, original)
+        payload = {
+            "resume_boundaries": self.boundaries,
+            "checkpoint_calls": [{"call": c, "path": p, "line": n} for c, p, n in self.checkpoint_calls],
+        }
+        if self.kept:
+            path = Path(self.session.output_dir) / STATE_FILE
+            torch.save(self.kept, path)
+            payload["resume_state_file"] = str(path)
+        return payload
+
+
+def _flatten(value):
+    if isinstance(value, (list, tuple)):
+        for item in value:
+            yield from _flatten(item)
+    elif isinstance(value, dict):
+        for item in value.values():
+            yield from _flatten(item)
+    else:
+        yield value

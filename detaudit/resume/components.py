@@ -1,0 +1,92 @@
+"""What ``detaudit resume`` compares, and what a difference in each means.
+
+One ``Component`` per kind of state a checkpoint must carry, in the order a
+report lists the differences of one step: the causes a checkpoint forgets
+(the generators, the schedule, then the batch, which an augmentation may
+draw from a generator) before what they change (the parameters, the
+optimizer state, the gradients).  Every part reads this
+table: the child digests each component under its name, the comparison and
+the report take their order, meaning and fix from here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Component:
+    name: str  # as the JSON report spells it
+    meaning: str  # what a difference at the resume says
+    fix: str  # what to put in the checkpoint
+
+
+COMPONENTS: dict[str, Component] = {
+    component.name: component
+    for component in (
+        Component(
+            "torch-rng",
+            "the torch RNG state differs after the resume: it is not in the checkpoint, or something drew from it "
+            "before training went on (a new DataLoader iterator draws its base seed from it); dropout masks and "
+            "random augmentations differ",
+            "save torch.get_rng_state() in the checkpoint and restore it with torch.set_rng_state() on resume",
+        ),
+        Component(
+            "cuda-rng",
+            "the CUDA RNG states are not in the checkpoint",
+            "save torch.cuda.get_rng_state_all() and restore it with torch.cuda.set_rng_state_all() on resume",
+        ),
+        Component(
+            "numpy-rng",
+            "NumPy's global RNG state is not in the checkpoint",
+            "save np.random.get_state() and restore it with np.random.set_state() on resume",
+        ),
+        Component(
+            "python-rng",
+            "Python's global RNG state is not in the checkpoint",
+            "save random.getstate() and restore it with random.setstate() on resume",
+        ),
+        Component(
+            "scheduler",
+            "the LR schedule restarted: the scheduler's state is not in the checkpoint",
+            "save scheduler.state_dict() and load it with scheduler.load_state_dict() on resume",
+        ),
+        Component(
+            "lr",
+            "the learning rate differs after the resume",
+            "save and load the optimizer's and the scheduler's state_dict()",
+        ),
+        Component(
+            "grad-scaler",
+            "the GradScaler's scale is not in the checkpoint",
+            "save scaler.state_dict() and load it with scaler.load_state_dict() on resume",
+        ),
+        Component(
+            "batch",
+            "the resumed run trains on other batches: the sampler or epoch position is not restored, "
+            "or an augmentation drew from a generator that differs (see the RNG components)",
+            "save the step and epoch in the checkpoint, and on resume skip the batches already seen "
+            "(and call sampler.set_epoch(epoch) for the resumed epoch)",
+        ),
+        Component(
+            "parameters",
+            "the model's parameters differ: the checkpoint did not restore them as they were",
+            "save model.state_dict() after the optimizer step and load it with model.load_state_dict() on resume",
+        ),
+        Component(
+            "buffers",
+            "the model's buffers (BatchNorm running statistics, ...) differ after the resume",
+            "save model.state_dict() (it holds the buffers) and load it on resume",
+        ),
+        Component(
+            "optimizer-state",
+            "the optimizer's state (momentum, Adam's moments, its hyperparameters) is not restored",
+            "save optimizer.state_dict() and load it with optimizer.load_state_dict() on resume",
+        ),
+        Component(
+            "gradients",
+            "the first gradients after the resume differ: something the step reads differs",
+            "see the other components that differ at this step; gradients follow from them",
+        ),
+    )
+}

@@ -1,0 +1,43 @@
+"""The launch feature of ``detaudit resume`` (torch-free: the parent builds it).
+
+``ResumeState`` digests every component (``components.py``) as each optimizer
+step starts and ends, notes where the script saved and loaded its
+checkpoint, and, for the interrupted run, stops the script as its
+``stop_before_step``-th step starts: everything it saved after the step
+before is on disk, as after a preemption.  ``keep_step``: the step whose
+start's tensors are saved too (the first compared, where a forgotten
+component shows first), so that the parent can measure a difference there.
+The work is ``child.py``'s.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+from detaudit.launch.features import ChildFeature
+
+
+@dataclass
+class ResumeState(ChildFeature):
+    key: ClassVar[str] = "resume"
+    stop_before_step: int = 0  # stop as this step (from 1) starts; 0: never
+    keep_step: int = 0  # save the tensors of this step's start (0: none)
+
+    def prepare(self, session) -> None:
+        from detaudit.resume.child import BoundaryRecorder
+
+        self.recorder = BoundaryRecorder(session, self.keep_step)
+
+    def before_step(self, session, optimizer) -> None:
+        from detaudit.launch.watcher import StopRun
+
+        if self.stop_before_step and session.watcher.steps + 1 >= self.stop_before_step:
+            raise StopRun()
+        self.recorder.record("start")
+
+    def after_step(self, session) -> None:
+        self.recorder.record("end")
+
+    def finish(self, session) -> None:
+        session.payload.update(self.recorder.close())

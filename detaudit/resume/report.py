@@ -1,0 +1,122 @@
+"""The verdict of ``detaudit resume`` and its text and JSON (torch-free).
+
+**equivalent** (exit 0): every component equal at every compared step;
+**diverges** (exit 1): the components that differ, from the first step where
+one does; **error** (exit 2): a run failed, or the resumed run loaded no
+checkpoint (the resume arguments had no effect).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+from detaudit.resume.compare import Difference
+
+EQUIVALENT, DIVERGES, ERROR = "equivalent", "diverges", "error"
+EXIT_CODES = {EQUIVALENT: 0, DIVERGES: 1, ERROR: 2}
+SAVES = ("torch.save",)  # checkpoint calls that write; the others read
+DOWNSTREAM = "first differs after the differences above, and may follow from them"
+
+
+@dataclass
+class ResumeReport:
+    script: str
+    interrupt_at: int
+    steps: int
+    verdict: str
+    differences: list[Difference] = field(default_factory=list)
+    checkpoint_calls: list[dict] = field(default_factory=list)  # the interrupted and the resumed run's, each marked
+    compared_steps: list[int] = field(default_factory=list)
+    environment: dict = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
+    error: str = ""  # what failed, with the run's output
+
+    @property
+    def exit_code(self) -> int:
+        return EXIT_CODES[self.verdict]
+
+    @property
+    def saved_at(self) -> list[dict]:
+        return [call for call in self.checkpoint_calls if call["run"] == "interrupted" and call["call"] in SAVES]
+
+    @property
+    def loaded_at(self) -> list[dict]:
+        return [call for call in self.checkpoint_calls if call["run"] == "resumed" and call["call"] not in SAVES]
+
+    def to_json(self) -> dict:
+        site = self.saved_at[0] if self.saved_at else {"path": "", "line": 0}
+        return {
+            "verdict": self.verdict,
+            "script": self.script,
+            "interrupt_at": self.interrupt_at,
+            "steps": self.steps,
+            "compared_steps": self.compared_steps,
+            "differences": [
+                {
+                    "component": d.component,
+                    "step": d.step,
+                    "at": d.at,
+                    "name": d.names[0],
+                    "names": d.names,
+                    # where the checkpoint is written: what it must also hold
+                    "path": site["path"],
+                    "line": site["line"],
+                    "max_abs_diff": d.max_abs_diff,
+                    "downstream": d.downstream,
+                    "message": DOWNSTREAM if d.downstream else d.meaning,
+                    "fix": "" if d.downstream else d.fix,
+                }
+                for d in self.differences
+            ],
+            "checkpoint": {
+                "saved_at": [_site(call) for call in self.saved_at],
+                "loaded_at": [_site(call) for call in self.loaded_at],
+            },
+            "environment": self.environment,
+            "warnings": self.warnings,
+            "error": self.error or None,
+            "exit_code": self.exit_code,
+        }
+
+    def text(self) -> str:
+        name = os.path.basename(self.script)
+        lines = []
+        if self.verdict == ERROR:
+            lines.append(f"error: {self.error}")
+        elif self.verdict == EQUIVALENT:
+            lines.append(
+                f"equivalent: {name} interrupted after step {self.interrupt_at} and resumed continued exactly as the "
+                f"straight run (steps {_steps(self.compared_steps)} compared, every component equal)"
+            )
+        else:
+            first = self.differences[0]
+            lines.append(
+                f"diverges: {name} resumed after step {self.interrupt_at} is not the straight run "
+                f"from step {first.step} on ({'as it starts' if first.at == 'start' else 'at its end'})"
+            )
+            for difference in self.differences:
+                where = f"step {difference.step} {difference.at}"
+                more = f" (+{len(difference.names) - 1} more)" if len(difference.names) > 1 else ""
+                deviation = f", max |diff| {difference.max_abs_diff:.3g}" if difference.max_abs_diff is not None else ""
+                lines.append(f"  {difference.component:<16} {where:<14} {difference.names[0]}{more}{deviation}")
+                if difference.downstream:
+                    lines.append(f"  {'':<16} {DOWNSTREAM}")
+                else:
+                    lines.append(f"  {'':<16} {difference.meaning}")
+                    lines.append(f"  {'':<16} fix: {difference.fix}")
+        for label, calls in (("saved at", self.saved_at), ("loaded at", self.loaded_at)):
+            if calls:
+                lines.append(f"checkpoint {label}: " + ", ".join(f"{c['path']}:{c['line']} ({c['call']})" for c in calls))
+        lines += [f"warning: {warning}" for warning in self.warnings]
+        return "\n".join(lines)
+
+
+def _site(call: dict) -> dict:
+    return {"call": call["call"], "path": call["path"], "line": call["line"]}
+
+
+def _steps(steps: list[int]) -> str:
+    if not steps:
+        return "none"
+    return f"{steps[0]}-{steps[-1]}" if len(steps) > 1 else str(steps[0])

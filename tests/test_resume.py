@@ -1,0 +1,110 @@
+"""detaudit resume: the verdict and the first component that differs, each
+case checked first by plain runs of the fixture (straight against stopped and
+resumed, the losses it prints)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from detaudit.cli import main
+import detaudit
+from detaudit.resume.audit import audit_resume
+from detaudit.resume.components import COMPONENTS
+
+FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "resume" / "checkpointed_training.py"
+STEPS = 8
+
+
+def _losses(cwd: Path, *args: str) -> list[str]:
+    done = subprocess.run(
+        [sys.executable, str(FIXTURE), "--steps", str(STEPS), *args], cwd=cwd, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout.splitlines()
+
+
+def plain_resume_is_equivalent(cwd: Path, interrupt_at: int, options: list[str]) -> bool:
+    """The ground truth: a plain run stopped after ``interrupt_at`` steps and
+    resumed prints the straight run's losses from there on."""
+    straight = _losses(cwd, *options)
+    _losses(cwd, *options, "--steps", str(interrupt_at))
+    resumed = _losses(cwd, *options, "--resume")
+    return resumed == straight[interrupt_at:]
+
+
+CASES = [
+    # (what the checkpoint forgets, K, DataLoader workers, the first component that differs; None: equivalent)
+    ("none", 4, 0, None),
+    ("none", 4, 2, None),
+    ("torch-rng", 4, 0, "torch-rng"),
+    ("scheduler", 4, 0, "scheduler"),
+    ("epoch-position", 3, 0, "batch"),
+    # a complete checkpoint resumed mid-epoch: skipping the seen batches by fetching them draws their augmentation
+    ("none", 3, 0, "torch-rng"),
+]
+
+
+@pytest.mark.parametrize("forget, interrupt_at, workers, first", CASES, ids=[f"{c[0]}-k{c[1]}-w{c[2]}" for c in CASES])
+def test_the_verdict_and_the_first_component_are_those_plain_runs_show(tmp_path, forget, interrupt_at, workers, first):
+    options = ["--forget", forget, "--workers", str(workers)]
+    assert plain_resume_is_equivalent(tmp_path, interrupt_at, options) == (first is None)
+    (tmp_path / "checkpoint.pt").unlink()
+
+    report = audit_resume(FIXTURE, interrupt_at, "--resume", steps=STEPS, script_args=options, cwd=tmp_path, timeout=300)
+    assert report.error == ""
+    assert report.compared_steps == list(range(interrupt_at + 1, STEPS + 1))
+    assert [call["line"] for call in report.saved_at] == [_line_of("torch.save(")]
+    assert _line_of("torch.load(") in [call["line"] for call in report.loaded_at]
+    if first is None:
+        assert (report.verdict, report.exit_code, report.differences) == ("equivalent", 0, [])
+        return
+    assert (report.verdict, report.exit_code) == ("diverges", 1)
+    assert report.differences[0].component == first
+    assert report.differences[0].step == interrupt_at + 1 and report.differences[0].at == "start"
+    components = [difference.component for difference in report.differences]
+    assert len(set(components)) == len(components) and "parameters" in components
+
+
+def _line_of(text: str) -> int:
+    return next(number for number, line in enumerate(FIXTURE.read_text().splitlines(), 1) if text in line)
+
+
+def test_the_json_report_names_the_difference_its_fix_and_the_checkpoint(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    code = main(["resume", str(FIXTURE), "--interrupt-at", "4", "--resume-args=--resume", "--format", "json",
+                 "--", "--forget", "scheduler"])
+    report = json.loads(capsys.readouterr().out)
+    assert code == 1 == report["exit_code"] and report["verdict"] == "diverges"
+    assert (report["interrupt_at"], report["steps"]) == (4, 8)
+    first = report["differences"][0]
+    assert (first["component"], first["step"], first["name"]) == ("scheduler", 5, "scheduler[0] (LambdaLR)")
+    assert first["fix"] == COMPONENTS["scheduler"].fix and "restarted" in first["message"]
+    assert first["line"] == _line_of("torch.save(")
+    assert {call["call"] for call in report["checkpoint"]["loaded_at"]} == {"torch.load", "load_state_dict"}
+    assert report["environment"] and report["error"] is None
+
+
+def test_resume_arguments_that_load_nothing_are_an_error(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    code = main(["resume", str(FIXTURE), "--interrupt-at", "2", "--resume-args=--forget none"])
+    out = capsys.readouterr().out
+    assert code == 2 and "loaded no checkpoint" in out and "had no effect" in out
+
+
+def test_a_resumed_run_that_crashes_is_reported_with_its_output(tmp_path):
+    # --resume with {step} as a checkpoint file that does not exist
+    report = audit_resume(FIXTURE, 2, "--resume --checkpoint missing-{step}.pt", cwd=tmp_path, timeout=120)
+    assert (report.verdict, report.exit_code) == ("error", 2)
+    assert report.error.startswith("the resumed run of the script exited with code 1")
+    assert "missing-2.pt" in report.error  # the script's own traceback
+
+
+def test_an_interruption_after_the_last_step_is_an_error(tmp_path):
+    assert detaudit.audit_resume is audit_resume  # the public name
+    report = audit_resume(FIXTURE, 9, "--resume", steps=10, script_args=["--steps", "8"], cwd=tmp_path, timeout=120)
+    assert report.exit_code == 2 and "made 8 optimizer steps, fewer than --interrupt-at 9" in report.error
