@@ -60,6 +60,8 @@ def test_the_verdict_and_the_first_component_are_those_plain_runs_show(tmp_path,
     assert report.compared_steps == list(range(interrupt_at + 1, STEPS + 1))
     assert [call["line"] for call in report.saved_at] == [_line_of("torch.save(")]
     assert _line_of("torch.load(") in [call["line"] for call in report.loaded_at]
+    lines = FIXTURE.read_text().splitlines()
+    assert all("load" in lines[call["line"] - 1] for call in report.loaded_at), "detaudit's own load was listed"
     if first is None:
         assert (report.verdict, report.exit_code, report.differences) == ("equivalent", 0, [])
         return

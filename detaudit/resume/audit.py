@@ -5,8 +5,8 @@ in, so that the checkpoint the interrupted run writes is the one the resumed
 run reads (the straight run goes first: a checkpoint it writes is
 overwritten).  Only the resumed run gets the resume arguments.  No run is
 traced: digests at the step boundaries are all a comparison needs, and a
-difference is measured from the tensors both runs keep of the first
-compared step.
+difference is measured, in the resumed run, against the tensors the
+straight run kept of the first compared step.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from detaudit.launch.features import RecordEnvironment
 from detaudit.launch.options import LaunchOptions
 from detaudit.launch.process import run_script
 from detaudit.resume.compare import compared_steps, differences
-from detaudit.resume.feature import ResumeState
+from detaudit.resume.feature import STATE_FILE, ResumeState
 from detaudit.resume.report import DIVERGES, EQUIVALENT, ERROR, ResumeReport
 
 RUNS = ("straight", "interrupted", "resumed")
@@ -61,12 +61,14 @@ def audit_resume(
     }
     results = {}
     with tempfile.TemporaryDirectory(prefix="detaudit-resume-") as workdir:
+        # the resumed run measures its first step's differences against the straight run's tensors there
+        plans["resumed"][2].measure_against = str(Path(workdir) / "straight" / STATE_FILE)
         for index, (name, (args, max_steps, feature)) in enumerate(plans.items()):
             if progress:
                 progress(f"{name} run ({index + 1}/3)")
-            options = LaunchOptions(
-                seed=seed, max_steps=max_steps, output_dir=Path(workdir) / name, features=(feature, RecordEnvironment())
-            )
+            # (the environment once: the runs share the machine)
+            features = (feature, RecordEnvironment()) if name == "straight" else (feature,)
+            options = LaunchOptions(seed=seed, max_steps=max_steps, output_dir=Path(workdir) / name, features=features)
             result = results[name] = run_script(script, args, options=options, timeout=timeout, cwd=cwd)
             if result.failed or not result.wrote_results:
                 report.error = f"the {name} run of the script {result.describe_exit()}\n{result.output_tail()}".strip()
@@ -105,23 +107,8 @@ def _judge(report: ResumeReport, results: dict, cwd) -> None:
         return
     report.differences = differences(straight, resumed, interrupt_at)
     report.verdict = DIVERGES if report.differences else EQUIVALENT
-    _measure(report, results["straight"].payload.get("resume_state_file"), results["resumed"].payload.get("resume_state_file"))
-
-
-def _measure(report: ResumeReport, straight_file: str | None, resumed_file: str | None) -> None:
-    """max |diff| of the differences as the first compared step starts, where both runs kept the tensors."""
-    first = [d for d in report.differences if d.step == report.interrupt_at + 1 and d.at == "start"]
-    if not (first and straight_file and resumed_file):
-        return
-    import torch
-
-    expected = torch.load(straight_file, map_location="cpu", weights_only=True)
-    got = torch.load(resumed_file, map_location="cpu", weights_only=True)
-    for difference in first:
-        deviations = []
-        for name in difference.names:
-            a, b = expected.get(f"{difference.component}:{name}"), got.get(f"{difference.component}:{name}")
-            if a is not None and b is not None and a.shape == b.shape and a.dtype == b.dtype and a.is_floating_point():
-                deviations.append((a.double() - b.double()).abs().max().item() if a.numel() else 0.0)
-        if deviations:
-            difference.max_abs_diff = max(deviations)
+    deviations = results["resumed"].payload.get("resume_deviations", {})  # of the first compared step's start
+    for difference in report.differences:
+        if (difference.step, difference.at) == (interrupt_at + 1, "start"):
+            measured = [deviations.get(f"{difference.component}:{name}") for name in difference.names]
+            difference.max_abs_diff = max((m for m in measured if m is not None), default=None)

@@ -23,8 +23,8 @@ import torch
 from detaudit.dynamic.record.digests import host_digest
 from detaudit.dynamic.record.final_state import optimizer_state
 from detaudit.launch.watcher import user_frame
+from detaudit.resume.feature import STATE_FILE
 
-STATE_FILE = "resume_state.pt"
 #: the calls that write or read a checkpoint: (owner, attribute, name in the report)
 CHECKPOINT_CALLS = (
     (torch, "save", "torch.save"),
@@ -78,9 +78,12 @@ def _caller() -> tuple[str, int]:
 
 
 class BoundaryRecorder:
-    def __init__(self, session, keep_step: int):
+    def __init__(self, session, keep_step: int, measure_against: str | None = None):
         self.session = session
         self.keep_step = keep_step
+        self.measure_against = measure_against
+        self.deviations: dict[str, float] = {}  # "component:name" -> max |diff| against measure_against
+        self.busy = False  # recording: a torch.load or torch.save now is detaudit's, not the checkpoint's
         self.boundaries: list[dict] = []
         self.checkpoint_calls: dict[tuple, None] = {}  # (call, path, line), in order, once each
         self.schedulers: list = []
@@ -102,8 +105,8 @@ class BoundaryRecorder:
         recorder = self
 
         def noting(*args, **kwargs):
-            path, line = _caller()
-            if path:  # (not detaudit's own saves)
+            path, line = _caller() if not recorder.busy else ("", 0)
+            if path:  # (not detaudit's own loads and saves)
                 recorder.checkpoint_calls[(name, path, line)] = None
             return original(*args, **kwargs)
 
@@ -130,6 +133,13 @@ class BoundaryRecorder:
         """Digest every component as a step starts (``at="start"``) or ends."""
         watcher = self.session.watcher
         step = watcher.steps + 1 if at == "start" else watcher.steps
+        self.busy = True
+        try:
+            self._record(at, step)
+        finally:
+            self.busy = False
+
+    def _record(self, at: str, step: int) -> None:
         with self.session.untraced():
             tensors, values = self._components(at)
             digests = {
@@ -141,6 +151,8 @@ class BoundaryRecorder:
             if at == "start" and step == self.keep_step:
                 self.kept = {f"{component}:{name}": t.detach().to("cpu", copy=True)
                              for component, named in tensors.items() for name, t in named.items()}
+                if self.measure_against and Path(self.measure_against).is_file():
+                    self.deviations = _deviations(torch.load(self.measure_against, weights_only=True), self.kept)
         self.boundaries.append({"at": at, "step": step, "digests": digests})
         if at == "end":
             self.batch = {}
@@ -190,6 +202,7 @@ class BoundaryRecorder:
             setattr(owner, attribute, original)
         payload = {
             "resume_boundaries": self.boundaries,
+            "resume_deviations": self.deviations,
             "checkpoint_calls": [{"call": c, "path": p, "line": n} for c, p, n in self.checkpoint_calls],
         }
         if self.kept:
@@ -197,6 +210,18 @@ class BoundaryRecorder:
             torch.save(self.kept, path)
             payload["resume_state_file"] = str(path)
         return payload
+
+
+def _deviations(expected: dict, got: dict) -> dict[str, float]:
+    """max |diff| of each numeric tensor of ``got`` that differs from ``expected``'s of that name and shape."""
+    deviations = {}
+    for key, tensor in got.items():
+        other = expected.get(key)
+        if other is None or other.shape != tensor.shape or tensor.dtype == torch.bool or tensor.is_complex():
+            continue
+        if not torch.equal(other, tensor):
+            deviations[key] = (other.double() - tensor.double()).abs().max().item() if tensor.numel() else 0.0
+    return deviations
 
 
 def _flatten(value):

@@ -6,7 +6,9 @@ checkpoint, and, for the interrupted run, stops the script as its
 ``stop_before_step``-th step starts: everything it saved after the step
 before is on disk, as after a preemption.  ``keep_step``: the step whose
 start's tensors are saved too (the first compared, where a forgotten
-component shows first), so that the parent can measure a difference there.
+component shows first); ``measure_against``: the tensors another run saved
+there, each one that differs measured against them (max |diff|), so that
+the parent need not load torch.
 The work is ``child.py``'s.
 """
 
@@ -17,17 +19,20 @@ from typing import ClassVar
 
 from detaudit.launch.features import ChildFeature
 
+STATE_FILE = "resume_state.pt"  # the tensors of the keep_step's start, in the run's output folder
+
 
 @dataclass
 class ResumeState(ChildFeature):
     key: ClassVar[str] = "resume"
     stop_before_step: int = 0  # stop as this step (from 1) starts; 0: never
     keep_step: int = 0  # save the tensors of this step's start (0: none)
+    measure_against: str | None = None  # another run's tensors of its keep_step
 
     def prepare(self, session) -> None:
         from detaudit.resume.child import BoundaryRecorder
 
-        self.recorder = BoundaryRecorder(session, self.keep_step)
+        self.recorder = BoundaryRecorder(session, self.keep_step, self.measure_against)
 
     def before_step(self, session, optimizer) -> None:
         from detaudit.launch.watcher import StopRun
