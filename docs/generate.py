@@ -11,7 +11,9 @@ Generated, never edited by hand:
 - the cause-kind table in ``docs/dynamic.md``, between ``<!-- cause-kinds:start -->``
   and ``<!-- cause-kinds:end -->``, from the dynamic pass's cause registry;
 - the remedies table in ``docs/remedy.md``, between ``<!-- remedies:start -->`` and
-  ``<!-- remedies:end -->``, from ``--remedy``'s catalogue.
+  ``<!-- remedies:end -->``, from ``--remedy``'s catalogue;
+- the components table in ``docs/resume.md``, between ``<!-- resume-components:start -->``
+  and ``<!-- resume-components:end -->``, from ``detaudit resume``'s components.
 
 ``tests/test_docs.py`` fails when a committed file differs from what this writes.
 The rules are read through their public attributes only, so the script does not
@@ -30,6 +32,7 @@ REPO = DOCS.parent
 RULES_DIR = DOCS / "rules"
 DYNAMIC_PAGE = DOCS / "dynamic.md"
 REMEDY_PAGE = DOCS / "remedy.md"
+RESUME_PAGE = DOCS / "resume.md"
 COMMAND = "python docs/generate.py"
 
 
@@ -118,6 +121,15 @@ def remedies_table() -> str:
     return _generated_note("the remedy catalogue") + "\n".join(rows) + "\n"
 
 
+def resume_components_table() -> str:
+    from detaudit.resume.components import COMPONENTS
+
+    rows = ["| Code | Component | What a difference means | How to fix |", "|---|---|---|---|"]
+    for component in COMPONENTS.values():
+        rows.append(f"| {component.code} | `{component.name}` | {_cell(component.meaning)} | {_cell(component.fix)} |")
+    return _generated_note("detaudit.resume.components") + "\n".join(rows) + "\n"
+
+
 def _value(value) -> str:
     """A setting's value in a table: a function of the machine is named by what it gives."""
     return "the machine's default thread count" if callable(value) else f"`{value!r}`"
@@ -126,6 +138,7 @@ def _value(value) -> str:
 BLOCKS.update({
     DYNAMIC_PAGE: ("cause-kinds", cause_kinds_table),
     REMEDY_PAGE: ("remedies", remedies_table),
+    RESUME_PAGE: ("resume-components", resume_components_table),
 })
 
 

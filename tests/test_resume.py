@@ -110,3 +110,31 @@ def test_an_interruption_after_the_last_step_is_an_error(tmp_path):
     assert detaudit.audit_resume is audit_resume  # the public name
     report = audit_resume(FIXTURE, 9, "--resume", steps=10, script_args=["--steps", "8"], cwd=tmp_path, timeout=120)
     assert report.exit_code == 2 and "made 8 optimizer steps, fewer than --interrupt-at 9" in report.error
+
+
+def test_sarif_and_github_output_carry_one_finding_per_component(capsys):
+    from detaudit.cli.resume import _write
+    from detaudit.resume.compare import differences
+    from detaudit.resume.report import ResumeReport
+
+    straight = [{"at": "start", "step": 3, "digests": {"scheduler": {"s": 1}, "parameters": {"w": 1}}},
+                {"at": "end", "step": 3, "digests": {"parameters": {"w": 2}}}]
+    resumed = [{"at": "start", "step": 1, "digests": {"scheduler": {"s": 9}, "parameters": {"w": 1}}},
+               {"at": "end", "step": 1, "digests": {"parameters": {"w": 7}}}]
+    report = ResumeReport("train.py", 2, 4, "diverges", differences(straight, resumed, 2),
+                          [{"call": "torch.save", "path": "train.py", "line": 40, "run": "interrupted"}])
+    assert [(d.component, d.step, d.at, d.downstream) for d in report.differences] == [
+        ("scheduler", 3, "start", False), ("parameters", 3, "end", True)]
+
+    _write(report, "sarif")
+    sarif = json.loads(capsys.readouterr().out)
+    results = sarif["runs"][0]["results"]
+    assert [(r["ruleId"], r["level"]) for r in results] == [
+        (COMPONENTS["scheduler"].code, "error"), (COMPONENTS["parameters"].code, "note")]
+    assert results[0]["locations"][0]["physicalLocation"]["region"]["startLine"] == 40
+    assert {rule["id"] for rule in sarif["runs"][0]["tool"]["driver"]["rules"]} == {r["ruleId"] for r in results}
+
+    _write(report, "github")
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("::error file=train.py,line=40,title=RES") and "scheduler" in lines[0]
+    assert lines[1].startswith("::notice ") and lines[-1].startswith("diverges:")

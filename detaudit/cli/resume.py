@@ -32,7 +32,7 @@ def add_parser(subparsers) -> None:
     parser.add_argument("--seed", type=int, default=0, help="seed for random, numpy and torch before each run")
     parser.add_argument("--no-seed", action="store_true", help="leave seeding to the script itself")
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds per run before it is killed")
-    parser.add_argument("--format", choices=("text", "json"), default="text")
+    parser.add_argument("--format", choices=("text", "json", "sarif", "github"), default="text")
     parser.set_defaults(handler=run_resume)
 
 
@@ -47,8 +47,26 @@ def run_resume(args) -> int:
         )
     except (ValueError, FileNotFoundError) as error:
         raise UsageError(str(error)) from None
-    if args.format == "json":
+    _write(report, args.format)
+    return report.exit_code
+
+
+def _write(report, output_format: str) -> None:
+    if output_format == "json":
         print(json.dumps(report.to_json(), indent=2))
+    elif output_format == "sarif":
+        from detaudit.report.sarif import invocation, to_sarif
+        from detaudit.resume.components import COMPONENTS
+
+        notes = [("error", report.error)] if report.error else []
+        run_invocation = invocation(not report.error, notes + [("warning", w) for w in report.warnings])
+        print(json.dumps(to_sarif(report.findings(), COMPONENTS.values(), run_invocation=run_invocation), indent=2))
+    elif output_format == "github":
+        from detaudit.report.github import github_annotations, github_message
+
+        sys.stdout.write(github_annotations(report.findings(), errors=[report.error] if report.error else []))
+        for warning in report.warnings:
+            sys.stdout.write(github_message("warning", warning, path=report.script, title="detaudit resume"))
+        print(report.text().splitlines()[0])
     else:
         print(report.text())
-    return report.exit_code

@@ -23,7 +23,6 @@ import torch
 from detaudit.dynamic.record.digests import host_digest
 from detaudit.dynamic.record.final_state import optimizer_state
 from detaudit.launch.watcher import user_frame
-from detaudit.resume.feature import STATE_FILE
 
 #: the calls that write or read a checkpoint: (owner, attribute, name in the report)
 CHECKPOINT_CALLS = (
@@ -78,9 +77,10 @@ def _caller() -> tuple[str, int]:
 
 
 class BoundaryRecorder:
-    def __init__(self, session, keep_step: int, measure_against: str | None = None):
+    def __init__(self, session, keep_step: int, state_file: Path, measure_against: str | None = None):
         self.session = session
         self.keep_step = keep_step
+        self.state_file = state_file  # where the keep_step's tensors go
         self.measure_against = measure_against
         self.deviations: dict[str, float] = {}  # "component:name" -> max |diff| against measure_against
         self.busy = False  # recording: a torch.load or torch.save now is detaudit's, not the checkpoint's
@@ -206,9 +206,8 @@ class BoundaryRecorder:
             "checkpoint_calls": [{"call": c, "path": p, "line": n} for c, p, n in self.checkpoint_calls],
         }
         if self.kept:
-            path = Path(self.session.output_dir) / STATE_FILE
-            torch.save(self.kept, path)
-            payload["resume_state_file"] = str(path)
+            torch.save(self.kept, self.state_file)
+            payload["resume_state_file"] = str(self.state_file)
         return payload
 
 

@@ -15,6 +15,7 @@ The work is ``child.py``'s.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import ClassVar
 
 from detaudit.launch.features import ChildFeature
@@ -32,7 +33,9 @@ class ResumeState(ChildFeature):
     def prepare(self, session) -> None:
         from detaudit.resume.child import BoundaryRecorder
 
-        self.recorder = BoundaryRecorder(session, self.keep_step, self.measure_against)
+        self.recorder = BoundaryRecorder(
+            session, self.keep_step, Path(session.output_dir) / STATE_FILE, self.measure_against
+        )
 
     def before_step(self, session, optimizer) -> None:
         from detaudit.launch.watcher import StopRun

@@ -11,7 +11,9 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 
+from detaudit.findings import Finding, Severity
 from detaudit.resume.compare import Difference
+from detaudit.resume.components import COMPONENTS
 
 EQUIVALENT, DIVERGES, ERROR = "equivalent", "diverges", "error"
 EXIT_CODES = {EQUIVALENT: 0, DIVERGES: 1, ERROR: 2}
@@ -78,6 +80,27 @@ class ResumeReport:
             "error": self.error or None,
             "exit_code": self.exit_code,
         }
+
+    def findings(self) -> list[Finding]:
+        """One finding per differing component, at the line that writes the
+        checkpoint (what it must also hold); one that may only follow from an
+        earlier difference is a note."""
+        site = self.saved_at[0] if self.saved_at else {"path": self.script, "line": 0}
+        return [
+            Finding(
+                code=COMPONENTS[d.component].code,
+                name=d.component,
+                severity=Severity.INFO if d.downstream else Severity.ERROR,
+                message=f"step {d.step} {d.at}: {d.names[0]}"
+                + (f" (+{len(d.names) - 1} more)" if len(d.names) > 1 else "")
+                + f" differs from the uninterrupted run: {DOWNSTREAM if d.downstream else d.meaning}",
+                path=site["path"],
+                line=site["line"],
+                fix_hint="" if d.downstream else d.fix,
+                details={"component": d.component, "step": d.step, "at": d.at, "max_abs_diff": d.max_abs_diff},
+            )
+            for d in self.differences
+        ]
 
     def text(self) -> str:
         name = os.path.basename(self.script)
