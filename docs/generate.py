@@ -13,7 +13,8 @@ Generated, never edited by hand:
 - the remedies table in ``docs/remedy.md``, between ``<!-- remedies:start -->`` and
   ``<!-- remedies:end -->``, from ``--remedy``'s catalogue;
 - the components table in ``docs/resume.md``, between ``<!-- resume-components:start -->``
-  and ``<!-- resume-components:end -->``, from ``detaudit resume``'s components.
+  and ``<!-- resume-components:end -->``, from ``detaudit resume``'s components, and its
+  presets table between ``<!-- resume-presets:start -->`` and ``<!-- resume-presets:end -->``.
 
 ``tests/test_docs.py`` fails when a committed file differs from what this writes.
 The rules are read through their public attributes only, so the script does not
@@ -41,7 +42,7 @@ def _block(name: str) -> re.Pattern:
 
 
 #: page -> (its generated block, the function writing the block)
-BLOCKS = {}  # filled below the functions
+BLOCKS: dict[Path, list] = {}  # page -> [(block name, the function that writes it)], filled below the functions
 
 
 def _generated_note(source: str) -> str:
@@ -135,10 +136,19 @@ def _value(value) -> str:
     return "the machine's default thread count" if callable(value) else f"`{value!r}`"
 
 
+def resume_presets_table() -> str:
+    from detaudit.resume.presets import PRESETS
+
+    rows = ["| `--preset` | The resumed run resumes through | Resume arguments it adds |", "|---|---|---|"]
+    for preset in PRESETS.values():
+        rows.append(f"| `{preset.name}` | {_cell(preset.how)} | {f'`{preset.resume_args}`' if preset.resume_args else '-'} |")
+    return _generated_note("detaudit.resume.presets") + "\n".join(rows) + "\n"
+
+
 BLOCKS.update({
-    DYNAMIC_PAGE: ("cause-kinds", cause_kinds_table),
-    REMEDY_PAGE: ("remedies", remedies_table),
-    RESUME_PAGE: ("resume-components", resume_components_table),
+    DYNAMIC_PAGE: [("cause-kinds", cause_kinds_table)],
+    REMEDY_PAGE: [("remedies", remedies_table)],
+    RESUME_PAGE: [("resume-components", resume_components_table), ("resume-presets", resume_presets_table)],
 })
 
 
@@ -147,13 +157,15 @@ def generated_files() -> dict[Path, str]:
     rules = _rules()
     files = {RULES_DIR / rule_page_name(rule): rule_page(rule) for rule in rules}
     files[RULES_DIR / "README.md"] = rules_index(rules)
-    for page_path, (name, write) in BLOCKS.items():
+    for page_path, blocks in BLOCKS.items():
         page = page_path.read_text(encoding="utf-8")
-        block = _block(name)
-        if not block.search(page):
-            raise SystemExit(f"{page_path.relative_to(REPO)} lost its {name} markers")
-        text = write()
-        files[page_path] = block.sub(lambda match: match.group(1) + text + match.group(3), page)
+        for name, write in blocks:
+            block = _block(name)
+            if not block.search(page):
+                raise SystemExit(f"{page_path.relative_to(REPO)} lost its {name} markers")
+            text = write()
+            page = block.sub(lambda match: match.group(1) + text + match.group(3), page)
+        files[page_path] = page
     return files
 
 

@@ -43,7 +43,9 @@ TORCH_FREE_MODULES = (
     "detaudit.resume.components",
     "detaudit.resume.compare",
     "detaudit.resume.report",
+    "detaudit.resume.presets",
     "detaudit.resume.audit",
+    "detaudit.launch.import_hooks",
     "detaudit.cli.resume",
 )
 

@@ -7,6 +7,7 @@ import json
 import sys
 
 from detaudit.cli import UsageError, add_script_arguments, positive_int
+from detaudit.resume.presets import PRESETS
 
 
 def add_parser(subparsers) -> None:
@@ -26,9 +27,13 @@ def add_parser(subparsers) -> None:
     parser.add_argument("--interrupt-at", type=positive_int, required=True, metavar="K",
                         help="interrupt the run before its (K+1)-th optimizer step (a step after which it checkpoints)")
     parser.add_argument("--steps", type=positive_int, metavar="N", help="optimizer steps of the straight run (default 2*K)")
-    parser.add_argument("--resume-args", required=True, metavar="ARGS",
+    parser.add_argument("--resume-args", default="", metavar="ARGS",
                         help="arguments that make the script resume, split as a shell would; {step} is replaced by K "
-                        "(for example --resume-args='--resume')")
+                        "and {checkpoint} by the newest checkpoint the interrupted run wrote "
+                        "(for example --resume-args='--resume {checkpoint}')")
+    parser.add_argument("--preset", choices=tuple(PRESETS),
+                        help="resume the way a framework does, from the newest checkpoint the interrupted run wrote: "
+                        + "; ".join(f"{p.name}: {p.how}".replace("`", "") for p in PRESETS.values()))
     parser.add_argument("--seed", type=int, default=0, help="seed for random, numpy and torch before each run")
     parser.add_argument("--no-seed", action="store_true", help="leave seeding to the script itself")
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds per run before it is killed")
@@ -41,7 +46,7 @@ def run_resume(args) -> int:
 
     try:
         report = audit_resume(
-            args.script, args.interrupt_at, args.resume_args, steps=args.steps, script_args=args.script_args,
+            args.script, args.interrupt_at, args.resume_args, preset=args.preset, steps=args.steps, script_args=args.script_args,
             seed=None if args.no_seed else args.seed, timeout=args.timeout,
             progress=lambda message: print(f"detaudit resume: {message}", file=sys.stderr),
         )

@@ -78,13 +78,18 @@ class ChildSession:
             for feature in self.features:
                 feature.before_step(self, optimizer)
 
+        def before_update(optimizer) -> None:
+            for feature in self.features:
+                feature.before_update(self, optimizer)
+
         def after_step() -> None:
             step_ends.append(time.perf_counter())
             for feature in self.features:
                 feature.after_step(self)
 
         self.watcher = TrainingWatcher(
-            max_steps=int(self.config.get("max_steps") or 0), on_step_start=before_step, on_step_end=after_step
+            max_steps=int(self.config.get("max_steps") or 0), on_step_start=before_step,
+            on_update_start=before_update, on_step_end=after_step,
         )
 
     @contextlib.contextmanager

@@ -9,7 +9,9 @@ session (its payload, output folder, seed, watcher, tracer):
 * ``prepare`` before the script runs (after the seed, the child settings and
   the watcher, where the run needs torch: ``needs_torch``);
 * ``before_step`` / ``after_step`` around each optimizer step of the run
-  (``after_step`` before the step limit can stop it);
+  (``after_step`` before the step limit can stop it), and ``before_update``
+  between them, once the step's forward and backward are done (they run
+  inside ``step()`` when it is given a closure, as in Lightning);
 * ``dispatch_mode``: a ``TorchDispatchMode`` to run the script under;
 * ``run_instead``: a feature that does something else than run the script
   (returns the payload entries);
@@ -55,6 +57,9 @@ class ChildFeature:
 
     def before_step(self, session, optimizer) -> None:
         pass
+
+    def before_update(self, session, optimizer) -> None:
+        """The step's forward and backward are done (a closure's too): its update starts."""
 
     def after_step(self, session) -> None:
         pass

@@ -104,10 +104,14 @@ class TrainingWatcher:
         max_steps: int = 0,
         on_step_end: Callable[[], None] | None = None,
         on_step_start: Callable[[torch.optim.Optimizer], None] | None = None,
+        on_update_start: Callable[[torch.optim.Optimizer], None] | None = None,
     ):
         self.max_steps = max_steps
         self.on_step_end = on_step_end  # after each optimizer step, before the step limit stops the run
         self.on_step_start = on_step_start  # as each optimizer step starts (with its optimizer), its parameters named
+        # once the step's forward and backward are done, as its update starts: at step() without a closure,
+        # after the closure's first call with one (Lightning's automatic optimization runs them in it)
+        self.on_update_start = on_update_start
         self.steps = 0  # completed optimizer steps
         self.in_optimizer = False
         self.training_started = False  # a module ran forward, or backward or an optimizer step did: setup is over
@@ -196,18 +200,25 @@ class TrainingWatcher:
         # args: the optimizer, then step()'s own
         closure = kwargs.get("closure", args[1] if len(args) > 1 else None)
         if closure is None:
+            if self.on_update_start:
+                self.on_update_start(optimizer)
             return None
         # The closure is the step's forward and backward (LBFGS, Lightning's
         # automatic optimization), run from inside step(): its ops are not the
         # optimizer's
         watcher = self
+        calls = 0
 
         def training_closure():
+            nonlocal calls
             watcher.in_optimizer = False
             try:
                 return closure()
             finally:
                 watcher.in_optimizer = True
+                calls += 1
+                if calls == 1 and watcher.on_update_start:  # (LBFGS calls it again: the update has started)
+                    watcher.on_update_start(optimizer)
 
         if "closure" in kwargs:
             return args, {**kwargs, "closure": training_closure}

@@ -21,21 +21,27 @@ from detaudit.launch.options import LaunchOptions
 from detaudit.launch.process import run_script
 from detaudit.resume.compare import compared_steps, differences
 from detaudit.resume.feature import STATE_FILE, ResumeState
+from detaudit.resume.presets import CHECKPOINT, PRESETS
 from detaudit.resume.report import DIVERGES, EQUIVALENT, ERROR, ResumeReport
 
 RUNS = ("straight", "interrupted", "resumed")
 
 
-def resume_arguments(resume_args: str, interrupt_at: int) -> list[str]:
-    """The resume arguments split as a shell would, ``{step}`` replaced by the step of the interruption."""
-    return shlex.split(resume_args.replace("{step}", str(interrupt_at)))
+def resume_arguments(resume_args: str, interrupt_at: int, checkpoint: str = "") -> list[str]:
+    """The resume arguments split as a shell would, ``{step}`` replaced by the
+    step of the interruption and ``{checkpoint}`` by the checkpoint's path."""
+    return [
+        argument.replace("{step}", str(interrupt_at)).replace(CHECKPOINT, checkpoint)
+        for argument in shlex.split(resume_args)
+    ]
 
 
 def audit_resume(
     script: str | Path,
     interrupt_at: int,
-    resume_args: str,
+    resume_args: str = "",
     *,
+    preset: str | None = None,
     steps: int | None = None,
     script_args: list[str] | tuple = (),
     seed: int | None = 0,
@@ -44,28 +50,42 @@ def audit_resume(
     progress=None,
 ) -> ResumeReport:
     """Run ``script`` straight, interrupted before step ``interrupt_at + 1``
-    and resumed with ``resume_args``; compare the resumed run with the
-    straight one at every step boundary after the interruption."""
+    and resumed with ``resume_args`` (after the ``preset``'s, a name of
+    ``PRESETS``); compare the resumed run with the straight one at every step
+    boundary after the interruption."""
     if interrupt_at < 1:
         raise ValueError(f"--interrupt-at must be at least 1, got {interrupt_at}")
     steps = steps if steps is not None else 2 * interrupt_at
     if steps <= interrupt_at:
         raise ValueError(f"--steps ({steps}) must be more than --interrupt-at ({interrupt_at})")
+    if preset is not None and preset not in PRESETS:
+        raise ValueError(f"unknown preset {preset!r}: choose one of {', '.join(PRESETS)}")
+    chosen = PRESETS[preset] if preset else None
+    resume_args = " ".join(a for a in (chosen.resume_args if chosen else "", resume_args) if a)
+    if not resume_args and not (chosen and chosen.framework):
+        raise ValueError("nothing makes the resumed run resume: give --resume-args or --preset")
     script = str(script)
     report = ResumeReport(script, interrupt_at, steps, ERROR)
     base = [str(a) for a in script_args]
-    plans = {
-        "straight": (base, steps, ResumeState(keep_step=interrupt_at + 1)),
-        "interrupted": (base, 0, ResumeState(stop_before_step=interrupt_at + 1)),
-        "resumed": (base + resume_arguments(resume_args, interrupt_at), steps - interrupt_at, ResumeState(keep_step=1)),
-    }
     results = {}
     with tempfile.TemporaryDirectory(prefix="detaudit-resume-") as workdir:
-        # the resumed run measures its first step's differences against the straight run's tensors there
-        plans["resumed"][2].measure_against = str(Path(workdir) / "straight" / STATE_FILE)
-        for index, (name, (args, max_steps, feature)) in enumerate(plans.items()):
+        plans = {
+            "straight": (lambda: (base, steps, ResumeState(keep_step=interrupt_at + 1))),
+            "interrupted": (lambda: (base, 0, ResumeState(stop_before_step=interrupt_at + 1))),
+            # the resumed run measures its first step's differences against the straight run's tensors there
+            "resumed": (lambda: (
+                base + resume_arguments(resume_args, interrupt_at, report.checkpoint),
+                steps - interrupt_at,
+                ResumeState(
+                    keep_step=1, measure_against=str(Path(workdir) / "straight" / STATE_FILE),
+                    resume_through=chosen.framework if chosen else "", checkpoint=report.checkpoint,
+                ),
+            )),
+        }
+        for index, (name, plan) in enumerate(plans.items()):
             if progress:
                 progress(f"{name} run ({index + 1}/3)")
+            args, max_steps, feature = plan()
             # (the environment once: the runs share the machine)
             features = (feature, RecordEnvironment()) if name == "straight" else (feature,)
             options = LaunchOptions(seed=seed, max_steps=max_steps, output_dir=Path(workdir) / name, features=features)
@@ -73,15 +93,39 @@ def audit_resume(
             if result.failed or not result.wrote_results:
                 report.error = f"the {name} run of the script {result.describe_exit()}\n{result.output_tail()}".strip()
                 return report
+            if name == "interrupted" and not _find_checkpoint(report, result, CHECKPOINT in resume_args or bool(chosen and chosen.framework)):
+                return report
         _judge(report, results, cwd)
     return report
+
+
+def _find_checkpoint(report: ResumeReport, interrupted, needed: bool) -> bool:
+    """The newest checkpoint the interrupted run wrote, into ``report.checkpoint``;
+    False (with the error) when the resume needs one and there is none from step K."""
+    writes = [write for write in interrupted.payload.get("checkpoint_writes", []) if os.path.exists(write["path"])]
+    newest = writes[-1] if writes else None
+    if newest and newest["after_step"] == report.interrupt_at:
+        report.checkpoint = newest["path"]
+    if not needed or report.checkpoint:
+        return True
+    k = report.interrupt_at
+    found = f"its newest is from after step {newest['after_step']}" if newest else "it wrote none"
+    report.error = (
+        f"the interrupted run wrote no checkpoint after step {k} to resume from ({found}): a script that "
+        "checkpoints every M steps is audited with --interrupt-at a multiple of M"
+    )
+    return False
 
 
 def _judge(report: ResumeReport, results: dict, cwd) -> None:
     interrupt_at = report.interrupt_at
     root = os.path.abspath(cwd or os.getcwd()) + os.sep
+    # a load the straight run makes too is setup, not the resume (accelerate's prepare reloads each optimizer)
+    setup = {(c["call"], c["path"], c["line"]) for c in results["straight"].payload.get("checkpoint_calls", [])}
     for name in ("interrupted", "resumed"):
         for call in results[name].payload.get("checkpoint_calls", []):
+            if name == "resumed" and (call["call"], call["path"], call["line"]) in setup:
+                continue
             report.checkpoint_calls.append({**call, "path": call["path"].removeprefix(root), "run": name})
     report.environment = results["straight"].payload.get("environment", {})
     made = {name: results[name].payload.get("steps", 0) for name in RUNS}

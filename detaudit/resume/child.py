@@ -14,6 +14,7 @@ address differs between runs.
 from __future__ import annotations
 
 import hashlib
+import os
 import random
 import sys
 from pathlib import Path
@@ -23,6 +24,7 @@ import torch
 from detaudit.dynamic.record.digests import host_digest
 from detaudit.dynamic.record.final_state import optimizer_state
 from detaudit.launch.watcher import user_frame
+from detaudit.resume.frameworks import FrameworkCheckpoints
 
 #: the calls that write or read a checkpoint: (owner, attribute, name in the report)
 CHECKPOINT_CALLS = (
@@ -77,7 +79,10 @@ def _caller() -> tuple[str, int]:
 
 
 class BoundaryRecorder:
-    def __init__(self, session, keep_step: int, state_file: Path, measure_against: str | None = None):
+    def __init__(
+        self, session, keep_step: int, state_file: Path, measure_against: str | None = None,
+        resume_through: str = "", checkpoint: str = "",
+    ):
         self.session = session
         self.keep_step = keep_step
         self.state_file = state_file  # where the keep_step's tensors go
@@ -86,6 +91,7 @@ class BoundaryRecorder:
         self.busy = False  # recording: a torch.load or torch.save now is detaudit's, not the checkpoint's
         self.boundaries: list[dict] = []
         self.checkpoint_calls: dict[tuple, None] = {}  # (call, path, line), in order, once each
+        self.checkpoint_writes: list[dict] = []  # {"path", "after_step"}: where the script's checkpoints went, in order
         self.schedulers: list = []
         self.scalers: list = []
         self.batch: dict[str, torch.Tensor] = {}  # the inputs of the first forward since the last step ended
@@ -96,6 +102,7 @@ class BoundaryRecorder:
         for cls, into in TRACKED_CLASSES:
             self._patch(cls, "__init__", self._tracking(getattr(self, into), cls.__init__))
         self._forward_hook = torch.nn.modules.module.register_module_forward_pre_hook(self._first_forward)
+        self.frameworks = FrameworkCheckpoints(self._patch, self._wrote, resume_through, checkpoint)
 
     def _patch(self, owner, attribute: str, replacement) -> None:
         self._undo.append((owner, attribute, owner.__dict__[attribute]))
@@ -108,10 +115,16 @@ class BoundaryRecorder:
             path, line = _caller() if not recorder.busy else ("", 0)
             if path:  # (not detaudit's own loads and saves)
                 recorder.checkpoint_calls[(name, path, line)] = None
+                written = args[1] if len(args) > 1 else kwargs.get("f")
+                if name == "torch.save" and isinstance(written, (str, os.PathLike)):
+                    recorder._wrote(os.path.abspath(written))
             return original(*args, **kwargs)
 
         noting.__wrapped__ = original
         return noting
+
+    def _wrote(self, path: str) -> None:
+        self.checkpoint_writes.append({"path": path, "after_step": self.session.watcher.steps})
 
     @staticmethod
     def _tracking(instances: list, original):
@@ -204,6 +217,7 @@ class BoundaryRecorder:
             "resume_boundaries": self.boundaries,
             "resume_deviations": self.deviations,
             "checkpoint_calls": [{"call": c, "path": p, "line": n} for c, p, n in self.checkpoint_calls],
+            "checkpoint_writes": self.checkpoint_writes,
         }
         if self.kept:
             torch.save(self.kept, self.state_file)

@@ -29,12 +29,15 @@ class ResumeState(ChildFeature):
     stop_before_step: int = 0  # stop as this step (from 1) starts; 0: never
     keep_step: int = 0  # save the tensors of this step's start (0: none)
     measure_against: str | None = None  # another run's tensors of its keep_step
+    resume_through: str = ""  # a frameworks.py entry: that framework resumes from ``checkpoint``
+    checkpoint: str = ""
 
     def prepare(self, session) -> None:
         from detaudit.resume.child import BoundaryRecorder
 
         self.recorder = BoundaryRecorder(
-            session, self.keep_step, Path(session.output_dir) / STATE_FILE, self.measure_against
+            session, self.keep_step, Path(session.output_dir) / STATE_FILE, self.measure_against,
+            self.resume_through, self.checkpoint,
         )
 
     def before_step(self, session, optimizer) -> None:
@@ -42,6 +45,8 @@ class ResumeState(ChildFeature):
 
         if self.stop_before_step and session.watcher.steps + 1 >= self.stop_before_step:
             raise StopRun()
+
+    def before_update(self, session, optimizer) -> None:
         self.recorder.record("start")
 
     def after_step(self, session) -> None:

@@ -33,6 +33,7 @@ class ResumeReport:
     environment: dict = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
     error: str = ""  # what failed, with the run's output
+    checkpoint: str = ""  # the newest checkpoint the interrupted run wrote (a file or a folder)
 
     @property
     def exit_code(self) -> int:
@@ -45,6 +46,28 @@ class ResumeReport:
     @property
     def loaded_at(self) -> list[dict]:
         return [call for call in self.checkpoint_calls if call["run"] == "resumed" and call["call"] not in SAVES]
+
+    @property
+    def compared_range(self) -> str:
+        """The compared steps as the text report writes them ("5-8", "none")."""
+        return _steps(self.compared_steps)
+
+    def verdict_line(self) -> str:
+        """The text report's first line; for an error, the first line of what failed (without the run's output)."""
+        if self.verdict == ERROR:
+            what_failed = self.error.partition("\n")[0]
+            return f"error: {what_failed}"
+        name = os.path.basename(self.script)
+        if self.verdict == EQUIVALENT:
+            return (
+                f"equivalent: {name} interrupted after step {self.interrupt_at} and resumed continued exactly as the "
+                f"straight run (steps {self.compared_range} compared, every component equal)"
+            )
+        first = self.differences[0]
+        return (
+            f"diverges: {name} resumed after step {self.interrupt_at} is not the straight run "
+            f"from step {first.step} on ({'as it starts' if first.at == 'start' else 'at its end'})"
+        )
 
     def to_json(self) -> dict:
         site = self.saved_at[0] if self.saved_at else {"path": "", "line": 0}
@@ -74,6 +97,7 @@ class ResumeReport:
             "checkpoint": {
                 "saved_at": [_site(call) for call in self.saved_at],
                 "loaded_at": [_site(call) for call in self.loaded_at],
+                "resumed_from": self.checkpoint or None,
             },
             "environment": self.environment,
             "warnings": self.warnings,
@@ -103,21 +127,9 @@ class ResumeReport:
         ]
 
     def text(self) -> str:
-        name = os.path.basename(self.script)
-        lines = []
-        if self.verdict == ERROR:
-            lines.append(f"error: {self.error}")
-        elif self.verdict == EQUIVALENT:
-            lines.append(
-                f"equivalent: {name} interrupted after step {self.interrupt_at} and resumed continued exactly as the "
-                f"straight run (steps {_steps(self.compared_steps)} compared, every component equal)"
-            )
-        else:
-            first = self.differences[0]
-            lines.append(
-                f"diverges: {name} resumed after step {self.interrupt_at} is not the straight run "
-                f"from step {first.step} on ({'as it starts' if first.at == 'start' else 'at its end'})"
-            )
+        # an error's whole text, the run's output with it
+        lines = [f"error: {self.error}" if self.verdict == ERROR else self.verdict_line()]
+        if self.verdict == DIVERGES:
             for difference in self.differences:
                 where = f"step {difference.step} {difference.at}"
                 more = f" (+{len(difference.names) - 1} more)" if len(difference.names) > 1 else ""
@@ -131,12 +143,19 @@ class ResumeReport:
         for label, calls in (("saved at", self.saved_at), ("loaded at", self.loaded_at)):
             if calls:
                 lines.append(f"checkpoint {label}: " + ", ".join(f"{c['path']}:{c['line']} ({c['call']})" for c in calls))
+        if self.checkpoint and self.verdict != ERROR:
+            lines.append(f"resumed from: {_relative(self.checkpoint)}")
         lines += [f"warning: {warning}" for warning in self.warnings]
         return "\n".join(lines)
 
 
 def _site(call: dict) -> dict:
     return {"call": call["call"], "path": call["path"], "line": call["line"]}
+
+
+def _relative(path: str) -> str:
+    relative = os.path.relpath(path)
+    return path if relative.startswith("..") else relative
 
 
 def _steps(steps: list[int]) -> str:
