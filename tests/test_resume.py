@@ -44,6 +44,8 @@ CASES = [
     ("torch-rng", 4, 0, "torch-rng"),
     ("scheduler", 4, 0, "scheduler"),
     ("epoch-position", 3, 0, "batch"),
+    # the loader's generator: the next epoch's iterator seeds its workers from it
+    ("loader-rng", 4, 2, "generator"),
     # a complete checkpoint resumed mid-epoch: skipping the seen batches by fetching them draws their augmentation
     ("none", 3, 0, "torch-rng"),
 ]

@@ -35,7 +35,11 @@ CHECKPOINT_CALLS = (
     (torch.optim.lr_scheduler.LRScheduler, "load_state_dict", "load_state_dict"),
 )
 #: the classes whose instances are components of their own: (class, the list they go to)
-TRACKED_CLASSES = ((torch.optim.lr_scheduler.LRScheduler, "schedulers"), (torch.amp.GradScaler, "scalers"))
+TRACKED_CLASSES = (
+    (torch.optim.lr_scheduler.LRScheduler, "schedulers"),
+    (torch.amp.GradScaler, "scalers"),
+    (torch.utils.data.DataLoader, "loaders"),  # their generators, their samplers' and their datasets'
+)
 
 
 def value_digest(value) -> int:
@@ -94,6 +98,7 @@ class BoundaryRecorder:
         self.checkpoint_writes: list[dict] = []  # {"path", "after_step"}: where the script's checkpoints went, in order
         self.schedulers: list = []
         self.scalers: list = []
+        self.loaders: list = []
         self.batch: dict[str, torch.Tensor] = {}  # the inputs of the first forward since the last step ended
         self.kept: dict[str, torch.Tensor] = {}
         self._undo: list[tuple] = []
@@ -206,7 +211,33 @@ class BoundaryRecorder:
         if "numpy" in sys.modules:
             values["numpy-rng"] = {"np.random.get_state()": sys.modules["numpy"].random.get_state()}
         values["python-rng"] = {"random.getstate()": random.getstate()}
+        values["generator"] = self._generators()
         return tensors, values
+
+    def _generators(self) -> dict[str, object]:
+        """The state of each generator the script holds: in its globals, and
+        in its DataLoaders, their samplers and datasets (each once, by its first name)."""
+        states: dict[str, object] = {}
+        seen: set[int] = set()
+
+        def add(name: str, value) -> None:
+            state = _generator_state(value)
+            if state is not None and id(value) not in seen:
+                seen.add(id(value))
+                states[name] = state
+
+        script_globals = vars(sys.modules["__main__"])
+        for name, value in list(script_globals.items()):
+            if not name.startswith("_"):
+                add(name, value)
+        for index, loader in enumerate(self.loaders):
+            loader_name = next((n for n, v in script_globals.items() if v is loader), f"DataLoader[{index}]")
+            add(f"{loader_name}.generator", loader.generator)
+            for holder in ("sampler", "batch_sampler", "dataset"):
+                owner = getattr(loader, holder, None)
+                for attribute, value in list(getattr(owner, "__dict__", {}).items()):
+                    add(f"{loader_name}.{holder}.{attribute}", value)
+        return states
 
     def close(self) -> dict:
         """Undo the patches; the payload entries."""
@@ -223,6 +254,21 @@ class BoundaryRecorder:
             torch.save(self.kept, self.state_file)
             payload["resume_state_file"] = str(self.state_file)
         return payload
+
+
+def _generator_state(value):
+    """A generator's state (None for what is not one): torch, NumPy (new and legacy) and Python's."""
+    if isinstance(value, torch.Generator):
+        return value.get_state()
+    if isinstance(value, random.Random):
+        return value.getstate()
+    numpy = sys.modules.get("numpy")
+    if numpy is not None:
+        if isinstance(value, numpy.random.Generator):
+            return value.bit_generator.state
+        if isinstance(value, numpy.random.RandomState):
+            return value.get_state()
+    return None
 
 
 def _deviations(expected: dict, got: dict) -> dict[str, float]:

@@ -64,6 +64,15 @@ COMPONENTS: dict[str, Component] = {
             "save random.getstate() and restore it with random.setstate() on resume",
         ),
         Component(
+            "RES013",
+            "generator",
+            "a generator the script made (a DataLoader's or a sampler's torch.Generator, a NumPy Generator or "
+            "RandomState, a random.Random, held by the script or its dataset) is not restored: what it draws "
+            "after the resume (worker seeds, shuffles, augmentations) differs",
+            "save the generator's state (generator.get_state(), rng.bit_generator.state, rng.getstate()) in the "
+            "checkpoint and restore it on resume",
+        ),
+        Component(
             "RES005",
             "scheduler",
             "the LR schedule restarted: the scheduler's state is not in the checkpoint",
