@@ -14,7 +14,9 @@ about a file lives here, typed, and a rule reads it as ``self.analyses.<name>``:
 - ``op_sites`` (``op_sites.py``): the calls that reach an entry of the ops table;
 - ``grad_flow`` (``grad_flow.py``): where no parameter's gradient can pass (backward-only hazards);
 - ``values`` (``values.py``): the value an expression has in a default run when it comes
-  through a parameter or a project config (yacs, dataclasses, Hydra/OmegaConf YAML).
+  through a parameter or a project config (yacs, dataclasses, Hydra/OmegaConf YAML);
+- ``checkpoints`` (``checkpoints.py``): the resume checkpoints the file saves (dicts holding
+  optimizer state), the LR schedulers and GradScalers it builds, what it draws while training.
 
 String-ness (``strings.py``), project helpers named for what they do
 (``helpers.py``) and what distributed code looks like (``distributed.py``:
@@ -33,6 +35,7 @@ from functools import cached_property
 from typing import TYPE_CHECKING
 
 from detaudit.static.analyses import determinism, op_sites, script
+from detaudit.static.analyses.checkpoints import Checkpoints
 from detaudit.static.analyses.determinism import DeterminismState
 from detaudit.static.analyses.execution import RunOrder, run_order
 from detaudit.static.analyses.grad_flow import GradFlow
@@ -65,6 +68,10 @@ class FileAnalyses:
     @cached_property
     def values(self) -> Values:
         return Values(self._context)
+
+    @cached_property
+    def checkpoints(self) -> Checkpoints:
+        return Checkpoints(self._context)
 
     @cached_property
     def op_sites(self) -> tuple[OpSite, ...]:

@@ -11,7 +11,8 @@ the code decades: ``parse_error.py`` DET000 (files that could not be read or
 parsed) · ``seeding/`` DET001-009 · ``settings/`` DET010-019 backend and
 determinism settings · ``kernels/`` DET020-029 nondeterministic ops, memory,
 batch invariance and unfinished collectives · ``data_order/`` DET030-039 data
-order and loading · ``other_frameworks/`` DET040-049 TensorFlow/Keras and JAX.
+order and loading · ``other_frameworks/`` DET040-049 TensorFlow/Keras and JAX
+· ``checkpoints/`` DET050-059 resume checkpoints that leave out training state.
 """
 
 from __future__ import annotations
