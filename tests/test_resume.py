@@ -44,8 +44,8 @@ CASES = [
     ("torch-rng", 4, 0, "torch-rng"),
     ("scheduler", 4, 0, "scheduler"),
     ("epoch-position", 3, 0, "batch"),
-    # the loader's generator: the next epoch's iterator seeds its workers from it
-    ("loader-rng", 4, 2, "generator"),
+    # the loader's generator: the next epoch's iterator seeds its workers from it (their jitter: the batch)
+    ("loader-rng", 4, 2, "batch"),
     # a complete checkpoint resumed mid-epoch: skipping the seen batches by fetching them draws their augmentation
     ("none", 3, 0, "torch-rng"),
 ]
@@ -72,6 +72,15 @@ def test_the_verdict_and_the_first_component_are_those_plain_runs_show(tmp_path,
     assert report.differences[0].step == interrupt_at + 1 and report.differences[0].at == "start"
     components = [difference.component for difference in report.differences]
     assert len(set(components)) == len(components) and "parameters" in components
+    if forget == "torch-rng":
+        # the first op after the resume that draws from the torch generator: the dropout's mask
+        read_by = report.differences[0].read_by
+        assert read_by["module"] == "model.2" and read_by["line"] == _line_of("model(inputs)"), read_by
+        assert read_by["op"] in ("aten::bernoulli_", "aten::native_dropout")
+        assert report.to_json()["differences"][0]["read_by"] == read_by
+    if forget == "loader-rng":
+        generator = report.differences[1]
+        assert (generator.component, generator.names, generator.downstream) == ("generator", ["loader_generator"], False)
 
 
 def _line_of(text: str) -> int:

@@ -70,7 +70,7 @@ def audit_resume(
     results = {}
     with tempfile.TemporaryDirectory(prefix="detaudit-resume-") as workdir:
         plans = {
-            "straight": (lambda: (base, steps, ResumeState(keep_step=interrupt_at + 1))),
+            "straight": (lambda: (base, steps, ResumeState(keep_step=interrupt_at + 1, point_step=interrupt_at + 1))),
             "interrupted": (lambda: (base, 0, ResumeState(stop_before_step=interrupt_at + 1))),
             # the resumed run measures its first step's differences against the straight run's tensors there
             "resumed": (lambda: (
@@ -79,6 +79,7 @@ def audit_resume(
                 ResumeState(
                     keep_step=1, measure_against=str(Path(workdir) / "straight" / STATE_FILE),
                     resume_through=chosen.framework if chosen else "", checkpoint=report.checkpoint,
+                    point_step=1, point_expected=results["straight"].payload.get("resume_point"),
                 ),
             )),
         }
@@ -152,7 +153,10 @@ def _judge(report: ResumeReport, results: dict, cwd) -> None:
     report.differences = differences(straight, resumed, interrupt_at)
     report.verdict = DIVERGES if report.differences else EQUIVALENT
     deviations = results["resumed"].payload.get("resume_deviations", {})  # of the first compared step's start
+    read_by = results["resumed"].payload.get("first_readers", {})  # in the first compared step
     for difference in report.differences:
+        if difference.step == interrupt_at + 1:
+            difference.read_by = read_by.get(difference.component)
         if (difference.step, difference.at) == (interrupt_at + 1, "start"):
             measured = [deviations.get(f"{difference.component}:{name}") for name in difference.names]
             difference.max_abs_diff = max((m for m in measured if m is not None), default=None)

@@ -20,10 +20,14 @@ import sys
 from pathlib import Path
 
 import torch
+from torch.utils._pytree import tree_leaves
 
 from detaudit.dynamic.record.digests import host_digest
 from detaudit.dynamic.record.final_state import optimizer_state
 from detaudit.launch.watcher import user_frame
+from detaudit.resume.compare import differing_names
+from detaudit.resume.components import COMPONENTS
+from detaudit.resume.first_reader import FirstReaders
 from detaudit.resume.frameworks import FrameworkCheckpoints
 
 #: the calls that write or read a checkpoint: (owner, attribute, name in the report)
@@ -85,7 +89,7 @@ def _caller() -> tuple[str, int]:
 class BoundaryRecorder:
     def __init__(
         self, session, keep_step: int, state_file: Path, measure_against: str | None = None,
-        resume_through: str = "", checkpoint: str = "",
+        resume_through: str = "", checkpoint: str = "", point_step: int = 0, point_expected: dict | None = None,
     ):
         self.session = session
         self.keep_step = keep_step
@@ -101,6 +105,11 @@ class BoundaryRecorder:
         self.loaders: list = []
         self.batch: dict[str, torch.Tensor] = {}  # the inputs of the first forward since the last step ended
         self.kept: dict[str, torch.Tensor] = {}
+        self.point_step = point_step  # digest the state at this step's first forward, the point it continues from
+        self.point_expected = point_expected  # the straight run's digests there: watch what differs from them
+        self.point_digests: dict = {}
+        self.first_readers: FirstReaders | None = None  # watching the step after the point
+        self.first_read: dict[str, dict] = {}  # component -> the first op that read it
         self._undo: list[tuple] = []
         for owner, attribute, name in CHECKPOINT_CALLS:
             self._patch(owner, attribute, self._noting(name, getattr(owner, attribute)))
@@ -143,8 +152,33 @@ class BoundaryRecorder:
     def _first_forward(self, module, args) -> None:
         if self.batch:
             return
-        tensors = [value for value in _flatten(args) if isinstance(value, torch.Tensor)]
-        self.batch = {f"input[{index}]": tensor.detach().to("cpu", copy=True) for index, tensor in enumerate(tensors)}
+        inputs = {f"input[{index}]": value for index, value in enumerate(
+            leaf for leaf in tree_leaves(args) if isinstance(leaf, torch.Tensor)
+        )}
+        self.batch = {name: tensor.detach().to("cpu", copy=True) for name, tensor in inputs.items()}
+        if self.batch and self.session.watcher.steps + 1 == self.point_step:
+            self.busy = True
+            try:
+                self._at_point(inputs)
+            finally:
+                self.busy = False
+
+    def _at_point(self, inputs: dict) -> None:
+        """The point the step continues from (its first forward): digest it; in
+        the resumed run, watch what differs from the straight run's for its first reader."""
+        with self.session.untraced():
+            tensors, values = self._components("point")
+            self.point_digests = _digests(tensors, values)
+        if self.point_expected is None:
+            return
+        differing = {
+            component: names
+            for component in COMPONENTS
+            if (names := differing_names(self.point_expected.get(component, {}), self.point_digests.get(component, {})))
+        }
+        if differing:
+            self.first_readers = FirstReaders(self.session.watcher, differing, {**tensors, "batch": inputs}, os.getcwd())
+            self.first_readers.__enter__()
 
     # -- the components ---------------------------------------------------
     def record(self, at: str) -> None:
@@ -160,18 +194,15 @@ class BoundaryRecorder:
     def _record(self, at: str, step: int) -> None:
         with self.session.untraced():
             tensors, values = self._components(at)
-            digests = {
-                component: {name: host_digest(t.detach().to("cpu")) for name, t in named.items()}
-                for component, named in tensors.items()
-            }
-            for component, named in values.items():
-                digests.setdefault(component, {}).update({name: value_digest(v) for name, v in named.items()})
+            digests = _digests(tensors, values)
             if at == "start" and step == self.keep_step:
                 self.kept = {f"{component}:{name}": t.detach().to("cpu", copy=True)
                              for component, named in tensors.items() for name, t in named.items()}
                 if self.measure_against and Path(self.measure_against).is_file():
                     self.deviations = _deviations(torch.load(self.measure_against, weights_only=True), self.kept)
         self.boundaries.append({"at": at, "step": step, "digests": digests})
+        if at == "end" and self.first_readers is not None:  # one step is watched
+            self._stop_watching()
         if at == "end":
             self.batch = {}
 
@@ -201,7 +232,7 @@ class BoundaryRecorder:
                     if key != "params":
                         component = "lr" if key == "lr" else "optimizer-state"
                         values[component][f"{prefix}.param_groups[{group_index}].{key}"] = value
-        if at == "start":
+        if at in ("start", "point"):
             tensors["batch"] = self.batch
         values["scheduler"] = {f"scheduler[{i}] ({type(s).__name__})": s.state_dict() for i, s in enumerate(self.schedulers)}
         values["grad-scaler"] = {f"scaler[{i}]": s.state_dict() for i, s in enumerate(self.scalers)}
@@ -239,8 +270,15 @@ class BoundaryRecorder:
                     add(f"{loader_name}.{holder}.{attribute}", value)
         return states
 
+    def _stop_watching(self) -> None:
+        self.first_readers.__exit__(None, None, None)
+        self.first_read = self.first_readers.found
+        self.first_readers = None
+
     def close(self) -> dict:
         """Undo the patches; the payload entries."""
+        if self.first_readers is not None:
+            self._stop_watching()
         self._forward_hook.remove()
         for owner, attribute, original in reversed(self._undo):
             setattr(owner, attribute, original)
@@ -249,11 +287,23 @@ class BoundaryRecorder:
             "resume_deviations": self.deviations,
             "checkpoint_calls": [{"call": c, "path": p, "line": n} for c, p, n in self.checkpoint_calls],
             "checkpoint_writes": self.checkpoint_writes,
+            "resume_point": self.point_digests,
+            "first_readers": self.first_read,
         }
         if self.kept:
             torch.save(self.kept, self.state_file)
             payload["resume_state_file"] = str(self.state_file)
         return payload
+
+
+def _digests(tensors: dict, values: dict) -> dict[str, dict[str, int]]:
+    digests = {
+        component: {name: host_digest(t.detach().to("cpu")) for name, t in named.items()}
+        for component, named in tensors.items()
+    }
+    for component, named in values.items():
+        digests.setdefault(component, {}).update({name: value_digest(v) for name, v in named.items()})
+    return digests
 
 
 def _generator_state(value):
@@ -281,14 +331,3 @@ def _deviations(expected: dict, got: dict) -> dict[str, float]:
         if not torch.equal(other, tensor):
             deviations[key] = (other.double() - tensor.double()).abs().max().item() if tensor.numel() else 0.0
     return deviations
-
-
-def _flatten(value):
-    if isinstance(value, (list, tuple)):
-        for item in value:
-            yield from _flatten(item)
-    elif isinstance(value, dict):
-        for item in value.values():
-            yield from _flatten(item)
-    else:
-        yield value

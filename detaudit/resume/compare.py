@@ -26,6 +26,7 @@ class Difference:
     at: str  # "start" (the state the step starts from, and its batch) or "end"
     names: list[str]  # what differs, in the straight run's order, then what only the resumed run has
     max_abs_diff: float | None = None  # measured where both runs kept the tensors
+    read_by: dict | None = None  # the first op that read it after the resume: {"op", "path", "line", "module"}
     # first seen after the first boundary that differs: it may follow from what differed there
     downstream: bool = False
 
@@ -49,15 +50,18 @@ def differences(straight: list[dict], resumed: list[dict], interrupt_at: int) ->
         for component in COMPONENTS:
             if component in found:
                 continue
-            expected, got = theirs.get(component, {}), boundary["digests"].get(component, {})
-            names = [name for name in expected if got.get(name, None) != expected[name]]
-            names += [name for name in got if name not in expected]
+            names = differing_names(theirs.get(component, {}), boundary["digests"].get(component, {}))
             if names:
                 found[component] = Difference(component, overall, boundary["at"], names)
     ordered = sorted(found.values(), key=lambda d: (d.step, d.at != "start", list(COMPONENTS).index(d.component)))
     for difference in ordered:
         difference.downstream = (difference.step, difference.at) != (ordered[0].step, ordered[0].at)
     return ordered
+
+
+def differing_names(expected: dict, got: dict) -> list[str]:
+    """The names of one component whose digests differ: in ``expected``'s order, then those only ``got`` has."""
+    return [name for name in expected if got.get(name) != expected[name]] + [name for name in got if name not in expected]
 
 
 def compared_steps(straight: list[dict], resumed: list[dict], interrupt_at: int) -> list[int]:

@@ -2,9 +2,11 @@
 
 One ``Component`` per kind of state a checkpoint must carry, in the order a
 report lists the differences of one step: the causes a checkpoint forgets
-(the generators, the schedule, then the batch, which an augmentation may
-draw from a generator) before what they change (the parameters, the
-optimizer state, the gradients).  Every part reads this
+(the global generators, the schedule, then the batch, which an augmentation
+may draw from a generator, and the script's own generators, which a new
+DataLoader iterator draws from: a loop that starts its epoch over on resume
+draws there, so they follow the batch) before what they change (the
+parameters, the optimizer state, the gradients).  Every part reads this
 table: the child digests each component under its name, the comparison and
 the report take their order, meaning and fix from here.
 """
@@ -64,15 +66,6 @@ COMPONENTS: dict[str, Component] = {
             "save random.getstate() and restore it with random.setstate() on resume",
         ),
         Component(
-            "RES013",
-            "generator",
-            "a generator the script made (a DataLoader's or a sampler's torch.Generator, a NumPy Generator or "
-            "RandomState, a random.Random, held by the script or its dataset) is not restored: what it draws "
-            "after the resume (worker seeds, shuffles, augmentations) differs",
-            "save the generator's state (generator.get_state(), rng.bit_generator.state, rng.getstate()) in the "
-            "checkpoint and restore it on resume",
-        ),
-        Component(
             "RES005",
             "scheduler",
             "the LR schedule restarted: the scheduler's state is not in the checkpoint",
@@ -94,9 +87,18 @@ COMPONENTS: dict[str, Component] = {
             "RES008",
             "batch",
             "the resumed run trains on other batches: the sampler or epoch position is not restored, "
-            "or an augmentation drew from a generator that differs (see the RNG components)",
+            "or an augmentation drew from a generator that differs (see the RNG and generator components)",
             "save the step and epoch in the checkpoint, and on resume skip the batches already seen "
             "(and call sampler.set_epoch(epoch) for the resumed epoch)",
+        ),
+        Component(
+            "RES013",
+            "generator",
+            "a generator the script made (a DataLoader's or a sampler's torch.Generator, a NumPy Generator or "
+            "RandomState, a random.Random, held by the script or its dataset) is not restored: what it draws "
+            "after the resume (worker seeds, shuffles, augmentations) differs",
+            "save the generator's state (generator.get_state(), rng.bit_generator.state, rng.getstate()) in the "
+            "checkpoint and restore it on resume",
         ),
         Component(
             "RES009",

@@ -31,13 +31,15 @@ class ResumeState(ChildFeature):
     measure_against: str | None = None  # another run's tensors of its keep_step
     resume_through: str = ""  # a frameworks.py entry: that framework resumes from ``checkpoint``
     checkpoint: str = ""
+    point_step: int = 0  # digest the state at this step's first forward (the point the resumed run continues from)
+    point_expected: dict | None = None  # the straight run's digests there: name the first op reading what differs
 
     def prepare(self, session) -> None:
         from detaudit.resume.child import BoundaryRecorder
 
         self.recorder = BoundaryRecorder(
             session, self.keep_step, Path(session.output_dir) / STATE_FILE, self.measure_against,
-            self.resume_through, self.checkpoint,
+            self.resume_through, self.checkpoint, self.point_step, self.point_expected,
         )
 
     def before_step(self, session, optimizer) -> None:

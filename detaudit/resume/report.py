@@ -88,6 +88,8 @@ class ResumeReport:
                     "path": site["path"],
                     "line": site["line"],
                     "max_abs_diff": d.max_abs_diff,
+                    # the first op that read it after the resume (null where no op reads it, or downstream)
+                    "read_by": d.read_by,
                     "downstream": d.downstream,
                     "message": DOWNSTREAM if d.downstream else d.meaning,
                     "fix": "" if d.downstream else d.fix,
@@ -121,7 +123,8 @@ class ResumeReport:
                 path=site["path"],
                 line=site["line"],
                 fix_hint="" if d.downstream else d.fix,
-                details={"component": d.component, "step": d.step, "at": d.at, "max_abs_diff": d.max_abs_diff},
+                details={"component": d.component, "step": d.step, "at": d.at, "max_abs_diff": d.max_abs_diff,
+                         "read_by": d.read_by},
             )
             for d in self.differences
         ]
@@ -135,6 +138,8 @@ class ResumeReport:
                 more = f" (+{len(difference.names) - 1} more)" if len(difference.names) > 1 else ""
                 deviation = f", max |diff| {difference.max_abs_diff:.3g}" if difference.max_abs_diff is not None else ""
                 lines.append(f"  {difference.component:<16} {where:<14} {difference.names[0]}{more}{deviation}")
+                if difference.read_by:
+                    lines.append(f"  {'':<16} first read by {describe_reader(difference.read_by)}")
                 if difference.downstream:
                     lines.append(f"  {'':<16} {DOWNSTREAM}")
                 else:
@@ -147,6 +152,12 @@ class ResumeReport:
             lines.append(f"resumed from: {_relative(self.checkpoint)}")
         lines += [f"warning: {warning}" for warning in self.warnings]
         return "\n".join(lines)
+
+
+def describe_reader(read_by: dict) -> str:
+    """``aten::native_dropout at train.py:37 (model.drop)``: the first op that read a component that differs."""
+    module = f" ({read_by['module']})" if read_by.get("module") else ""
+    return f"{read_by['op']} at {read_by['path']}:{read_by['line']}{module}"
 
 
 def _site(call: dict) -> dict:
