@@ -26,7 +26,8 @@ label wins.  Labels sharing a ``group`` in one file are one hazard (one op
 called at several sites, one cause): a true finding on any member finds it.
 A finding is "wrong" only when it matches a ``"hazard": false`` label someone
 wrote after reading the code; a finding matching no label is "unlabelled" and
-listed so it gets labelled.
+listed so it gets labelled.  A repository with ``rules = [...]`` in the corpus
+was labelled for those rules only: other rules' findings there are not counted.
 """
 
 from __future__ import annotations
@@ -63,6 +64,8 @@ class Repo:
     commit: str
     files: tuple[str, ...]
     dir: str
+    #: the rules this repository was labelled for (empty: every rule); findings of other rules are not counted
+    rules: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -149,7 +152,9 @@ def load_corpus(path: Path) -> list[Repo]:
         missing = {"name", "url", "commit", "files"} - entry.keys()
         if missing:
             raise CorpusError(f"{path}: repo {entry.get('name', '?')} lacks {', '.join(sorted(missing))}")
-        repos.append(Repo(entry["name"], entry["url"], entry["commit"], tuple(entry["files"]), entry.get("dir", entry["name"])))
+        repos.append(
+            Repo(entry["name"], entry["url"], entry["commit"], tuple(entry["files"]), entry.get("dir", entry["name"]), tuple(entry.get("rules", ())))
+        )
     names = [r.name for r in repos]
     if len(set(names)) != len(names):
         raise CorpusError(f"{path}: a repo name is used twice")
@@ -242,6 +247,7 @@ def check_repo(repo: Repo, root: Path) -> tuple[int, list[Finding]]:
     findings = [
         Finding(repo.name, Path(f["path"]).as_posix(), f["line"], f["name"], f["code"], f["severity"], f["message"])
         for f in report["findings"]
+        if not repo.rules or f["name"] in repo.rules
     ]
     return report["files_checked"], findings
 
