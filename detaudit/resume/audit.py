@@ -64,29 +64,29 @@ def audit_resume(
     resume_args = " ".join(a for a in (chosen.resume_args if chosen else "", resume_args) if a)
     if not resume_args and not (chosen and chosen.framework):
         raise ValueError("nothing makes the resumed run resume: give --resume-args or --preset")
-    script = str(script)
-    report = ResumeReport(script, interrupt_at, steps, ERROR)
+    framework = chosen.framework if chosen else ""
+    report = ResumeReport(str(script), interrupt_at, steps, ERROR)
     base = [str(a) for a in script_args]
     results = {}
     with tempfile.TemporaryDirectory(prefix="detaudit-resume-") as workdir:
-        plans = {
-            "straight": (lambda: (base, steps, ResumeState(keep_step=interrupt_at + 1, point_step=interrupt_at + 1))),
-            "interrupted": (lambda: (base, 0, ResumeState(stop_before_step=interrupt_at + 1))),
-            # the resumed run measures its first step's differences against the straight run's tensors there
-            "resumed": (lambda: (
-                base + resume_arguments(resume_args, interrupt_at, report.checkpoint),
-                steps - interrupt_at,
-                ResumeState(
-                    keep_step=1, measure_against=str(Path(workdir) / "straight" / STATE_FILE),
-                    resume_through=chosen.framework if chosen else "", checkpoint=report.checkpoint,
-                    point_step=1, point_expected=results["straight"].payload.get("resume_point"),
-                ),
-            )),
-        }
-        for index, (name, plan) in enumerate(plans.items()):
+
+        def plan(name: str) -> tuple[list[str], int, ResumeState]:
+            """A run's arguments, step limit and feature, from what the runs before it left."""
+            if name == "straight":
+                return base, steps, ResumeState(keep_step=interrupt_at + 1, point_step=interrupt_at + 1)
+            if name == "interrupted":
+                return base, 0, ResumeState(stop_before_step=interrupt_at + 1)
+            # the resumed run's first step against the straight run's there: its tensors, its digests at the point
+            return base + resume_arguments(resume_args, interrupt_at, report.checkpoint), steps - interrupt_at, ResumeState(
+                keep_step=1, measure_against=str(Path(workdir) / "straight" / STATE_FILE),
+                resume_through=framework, checkpoint=report.checkpoint,
+                point_step=1, point_expected=results["straight"].payload.get("resume_point"),
+            )
+
+        for index, name in enumerate(RUNS):
             if progress:
                 progress(f"{name} run ({index + 1}/3)")
-            args, max_steps, feature = plan()
+            args, max_steps, feature = plan(name)
             # (the environment once: the runs share the machine)
             features = (feature, RecordEnvironment()) if name == "straight" else (feature,)
             options = LaunchOptions(seed=seed, max_steps=max_steps, output_dir=Path(workdir) / name, features=features)
@@ -94,7 +94,7 @@ def audit_resume(
             if result.failed or not result.wrote_results:
                 report.error = f"the {name} run of the script {result.describe_exit()}\n{result.output_tail()}".strip()
                 return report
-            if name == "interrupted" and not _find_checkpoint(report, result, CHECKPOINT in resume_args or bool(chosen and chosen.framework)):
+            if name == "interrupted" and not _find_checkpoint(report, result, CHECKPOINT in resume_args or bool(framework)):
                 return report
         _judge(report, results, cwd)
     return report
