@@ -11,10 +11,14 @@ at the same overall step.
 
 * ``components.py``: the components compared, what a difference in each
   means and how to fix it (data: every part reads it from there);
+* ``presets.py``: how the resumed run is made to resume, per framework
+  (data, torch-free);
 * ``feature.py``: the launch feature (torch-free module; the child's work
   is in ``child.py``, which imports torch): digests of every component at
-  each step boundary, the checkpoint's save and load lines, the stop before
-  step K+1;
+  each step boundary, the checkpoint's save and load lines and the paths it
+  went to, the stop before step K+1; ``frameworks.py`` (the frameworks'
+  checkpoint saves, a preset's resume call) and ``first_reader.py`` (the
+  first op that reads what differs) are the child's too;
 * ``compare.py``: the runs' digests into differences (torch-free);
 * ``report.py``: the verdict, its text and JSON (torch-free);
 * ``audit.py``: the three runs through ``detaudit.launch`` and the report
