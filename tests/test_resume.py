@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import jsonschema
 import pytest
 
 from detaudit.cli import main
@@ -17,6 +18,7 @@ from detaudit.resume.audit import audit_resume
 from detaudit.resume.components import COMPONENTS
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "resume" / "checkpointed_training.py"
+SCHEMA = json.loads((Path(detaudit.__file__).parent / "resume" / "report.schema.json").read_text())
 STEPS = 8
 
 
@@ -59,6 +61,7 @@ def test_the_verdict_and_the_first_component_are_those_plain_runs_show(tmp_path,
 
     report = audit_resume(FIXTURE, interrupt_at, "--resume", steps=STEPS, script_args=options, cwd=tmp_path, timeout=300)
     assert report.error == ""
+    jsonschema.validate(report.to_json(), SCHEMA)
     assert report.compared_steps == list(range(interrupt_at + 1, STEPS + 1))
     assert [call["line"] for call in report.saved_at] == [_line_of("torch.save(")]
     assert _line_of("torch.load(") in [call["line"] for call in report.loaded_at]
@@ -107,6 +110,15 @@ def test_resume_arguments_that_load_nothing_are_an_error(tmp_path, capsys, monke
     code = main(["resume", str(FIXTURE), "--interrupt-at", "2", "--resume-args=--forget none"])
     out = capsys.readouterr().out
     assert code == 2 and "loaded no checkpoint" in out and "had no effect" in out
+    code = main(["resume", str(FIXTURE), "--interrupt-at", "2", "--resume-args=--forget none", "--format", "json"])
+    report = json.loads(capsys.readouterr().out)
+    jsonschema.validate(report, SCHEMA)
+    assert (code, report["verdict"], report["exit_code"]) == (2, "error", 2) and "had no effect" in report["error"]
+
+
+def test_the_report_schema_names_every_component():
+    names = SCHEMA["properties"]["differences"]["items"]["properties"]["component"]["enum"]
+    assert names == list(COMPONENTS)
 
 
 def test_a_resumed_run_that_crashes_is_reported_with_its_output(tmp_path):
