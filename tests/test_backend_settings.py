@@ -345,3 +345,20 @@ def test_the_flag_name_check_catches_what_it_looks_for():
     )
     found = sorted({name for _, name in code_names(ast.parse(code)) if spelled_flags(name, terms)})
     assert found == [".fp32_precision", "CUBLAS_WORKSPACE_CONFIG", "cudnn.benchmark", "torch.use_deterministic_algorithms"]
+
+
+def test_the_fingerprint_names_the_cpu_and_the_libraries_torch_was_built_with():
+    """Another machine brings another CPU and, with another torch build, other BLAS and oneDNN: the keys a
+    comparison across machines explains a drift with."""
+    import torch
+
+    from detaudit.runtime.environment import fingerprint
+
+    readings = fingerprint()
+    assert isinstance(readings["cpu.model"], str) and readings["cpu.model"]
+    assert readings["torch.get_default_dtype"] == str(torch.get_default_dtype())
+    config = torch.__config__.show()
+    for key, pattern in (("torch.build.blas", "BLAS_INFO="), ("torch.build.onednn", "MKL-DNN v")):
+        assert (key in readings) == (pattern in config)
+        if key in readings:
+            assert readings[key] in config

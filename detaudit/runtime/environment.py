@@ -27,8 +27,10 @@ raises is recorded as the string ``"error: <ExceptionType>: <message>"``.
 
 from __future__ import annotations
 
+import functools
 import os
 import platform
+import re
 import sys
 from typing import Any, Callable, Iterable
 
@@ -80,6 +82,7 @@ def fingerprint(*, initialize_cuda: bool = False) -> dict[str, Any]:
     result: dict[str, Any] = {
         "python.version": platform.python_version(),
         "platform": platform.platform(),
+        "cpu.model": _cpu_model(),
         # 0 only when PYTHONHASHSEED=0 was set before the interpreter started
         "python.hash_randomization": bool(sys.flags.hash_randomization),
     }
@@ -198,13 +201,50 @@ def _torch_readings(torch: Any, *, initialize_cuda: bool) -> dict[str, Any]:
         # the vector instructions the CPU kernels dispatch to (ATEN_CPU_CAPABILITY caps it):
         # vectorized kernels, torch.randn's included, give other bits under another
         ("torch.backends.cpu.get_cpu_capability", lambda: torch.backends.cpu.get_cpu_capability()),
+        ("torch.get_default_dtype", lambda: str(torch.get_default_dtype())),
     ]
+    # the libraries the CPU kernels were built with: another BLAS or oneDNN computes matmuls and convolutions
+    # in another order (what another machine's torch build brings along)
+    readings += [(key, lambda pattern=pattern: _build_setting(torch, pattern)) for key, pattern in BUILD_SETTINGS]
     result = {}
     for key, getter in readings:
         value = _read(getter)
         if value is not _ABSENT:
             result[key] = value
     return result
+
+
+#: fingerprint key -> what torch.__config__.show() says of it (a regular expression, its first group)
+BUILD_SETTINGS = (
+    ("torch.build.commit", r"COMMIT_SHA=([0-9a-f]+)"),
+    ("torch.build.blas", r"BLAS_INFO=([^,\s]+)"),
+    ("torch.build.mkl", r"Math Kernel Library Version ([^\s]+)"),
+    ("torch.build.onednn", r"MKL-DNN (v[^\s]+)"),
+)
+
+
+def _build_setting(torch: Any, pattern: str) -> str:
+    match = re.search(pattern, _config_text(torch))
+    if match is None:
+        raise AttributeError("not in this build's configuration")  # (left out of the fingerprint)
+    return match.group(1)
+
+
+@functools.lru_cache(maxsize=1)
+def _config_text(torch: Any) -> str:
+    return torch.__config__.show()
+
+
+def _cpu_model() -> str:
+    """The CPU's model name (Linux's /proc/cpuinfo; else what platform says)."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as cpuinfo:
+            for line in cpuinfo:
+                if line.startswith("model name"):
+                    return line.partition(":")[2].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
 
 
 def _cuda_devices(torch: Any, initialize_cuda: bool) -> list[str]:
