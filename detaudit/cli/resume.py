@@ -38,6 +38,7 @@ def add_parser(subparsers) -> None:
     parser.add_argument("--no-seed", action="store_true", help="leave seeding to the script itself")
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds per run before it is killed")
     parser.add_argument("--format", choices=("text", "json", "sarif", "github"), default="text")
+    parser.add_argument("--html", metavar="FILE", help="also write a self-contained HTML report to FILE")
     parser.set_defaults(handler=run_resume)
 
 
@@ -53,6 +54,11 @@ def run_resume(args) -> int:
     except (ValueError, FileNotFoundError) as error:
         raise UsageError(str(error)) from None
     _write(report, args.format)
+    if args.html:
+        from detaudit.report.html import write_resume_html
+
+        write_resume_html(report, args.html)
+        print(f"detaudit: wrote {args.html}", file=sys.stderr)
     return report.exit_code
 
 

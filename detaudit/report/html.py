@@ -1,4 +1,5 @@
-"""``detaudit run --html FILE``: the run report as one self-contained HTML page.
+"""``detaudit run --html FILE`` and ``detaudit resume --html FILE``: the
+report as one self-contained HTML page.
 
 Everything is inline (styles, the chart as a PNG data URI, the source
 excerpts): the file opens offline, from a CI artifact or an e-mail, and
@@ -13,6 +14,13 @@ and the first differing ops); each root cause with the source lines around
 it, read from the user's file now (a missing or changed file is said so);
 the differing tensors; notes; the environment's essentials and the whole
 fingerprint.
+
+The resume page (``resume_html``, from a ``ResumeReport``) shares the
+skeleton, the styles, the facts line, the source excerpts and the
+environment: the verdict; the components that differ, each with its step,
+what a difference means and its fix (those that may only follow from an
+earlier difference marked); the lines that save and load the checkpoint,
+with their source; warnings; what failed, with the run's output.
 """
 
 from __future__ import annotations
@@ -26,9 +34,12 @@ from typing import Iterable, Sequence
 from detaudit import __version__
 from detaudit.dynamic.compare.divergence import ROOT, Divergence
 from detaudit.dynamic.verdict.run_report import RootCause, RunReport
+from detaudit.resume.components import COMPONENTS
+from detaudit.resume.report import DOWNSTREAM, ERROR, ResumeReport, describe_reader
 
 SOURCE_CONTEXT = 3  # lines shown above and below a root cause's line
 POINTS_LISTED = 25  # differing ops listed under the chart
+NAMES_LISTED = 8  # names listed per differing component of a resume
 
 _STYLE = """
 body { font-family: system-ui, -apple-system, "Segoe UI", Roboto, "Helvetica Neue", Arial, sans-serif;
@@ -40,10 +51,14 @@ code, pre, td.mono { font-family: ui-monospace, SFMono-Regular, Menlo, Consolas,
 .verdict { padding: 0.7em 1em; border-radius: 6px; font-weight: 600; margin: 1em 0; }
 .verdict.nondeterministic { background: #fdecea; border-left: 6px solid #d62728; }
 .verdict.deterministic { background: #e9f6ec; border-left: 6px solid #2ca02c; }
+.verdict.diverges { background: #fdecea; border-left: 6px solid #d62728; }
+.verdict.equivalent { background: #e9f6ec; border-left: 6px solid #2ca02c; }
+.verdict.error { background: #fcf8e3; border-left: 6px solid #c09853; }
 table { border-collapse: collapse; margin: 0.6em 0; }
 th, td { border: 1px solid #d8d8d8; padding: 4px 9px; text-align: left; vertical-align: top; }
 th { background: #f5f5f7; } td.num { text-align: right; font-variant-numeric: tabular-nums; }
-tr.root td { background: #fdecea; }
+tr.root td, tr.first td { background: #fdecea; } tr.downstream td { color: #666; }
+pre.output { background: #f7f7f9; border: 1px solid #e2e2e2; padding: 0.5em 0.8em; overflow-x: auto; }
 .cause { border: 1px solid #e2e2e2; border-radius: 6px; padding: 0.2em 1em 0.8em; margin: 1em 0; }
 .cause h3 { font-size: 1em; margin: 0.7em 0 0.3em; } .code { color: #d62728; }
 pre.source { background: #f7f7f9; border: 1px solid #e2e2e2; padding: 0.5em 0; overflow-x: auto; }
@@ -83,7 +98,46 @@ def run_html(report: RunReport, *, source_root: str | Path | None = None) -> str
         body.append("<h2>Notes</h2><ul>" + "".join(f"<li>{_text(note)}</li>" for note in report.notes) + "</ul>")
     if report.environment:
         body.append(_environment_section(report.environment, report.environment_differences))
-    body.append(f'<p class="muted">Written by detaudit {_text(__version__)}.</p>')
+    return _page(title, body)
+
+
+def write_resume_html(report: ResumeReport, path: str | Path, *, source_root: str | Path | None = None) -> Path:
+    """Write the ``detaudit resume`` report as a self-contained page to
+    ``path``; the checkpoint's source lines named by relative paths are read
+    from ``source_root`` (default: the working directory, where the script ran)."""
+    path = Path(path)
+    path.write_text(resume_html(report, source_root=source_root), encoding="utf-8")
+    return path
+
+
+def resume_html(report: ResumeReport, *, source_root: str | Path | None = None) -> str:
+    root = Path(source_root) if source_root is not None else Path.cwd()
+    title = f"detaudit resume: {report.script}"
+    body = [
+        f"<h1>{_text(title)}</h1>",
+        f'<p class="muted">{_resume_facts(report)}</p>',
+        f'<div class="verdict {report.verdict}" id="verdict">{_text(report.verdict_line())}</div>',
+    ]
+    if report.verdict == ERROR:
+        output = report.error.partition("\n")[2].strip("\n")
+        if output:
+            body.append(f'<h2>What failed</h2>\n<pre class="output" id="error-output">{_text(output)}</pre>')
+    if report.differences:
+        body.append(_differences_section(report))
+    if report.saved_at or report.loaded_at:
+        body.append(_checkpoint_section(report, root))
+    if report.warnings:
+        body.append(
+            "<h2>Warnings</h2><ul>" + "".join(f"<li>{_text(warning)}</li>" for warning in report.warnings) + "</ul>"
+        )
+    if report.environment:
+        body.append(_environment_section(report.environment, {}, column="value in the straight run"))
+    return _page(title, body)
+
+
+def _page(title: str, body: list[str]) -> str:
+    """The page around ``body``'s sections: one file, styles inline."""
+    body = [*body, f'<p class="muted">Written by detaudit {_text(__version__)}.</p>']
     return (
         '<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n'
         '<meta name="viewport" content="width=device-width, initial-scale=1">\n'
@@ -223,7 +277,80 @@ def _tensors_section(tensors: Sequence[dict]) -> str:
     return "<h2>Differing tensors after the last step</h2>\n" + _table(header, rows, table_id="tensors")
 
 
-def _environment_section(environment: dict, differences: dict[str, list]) -> str:
+def _resume_facts(report: ResumeReport) -> str:
+    facts = [f"interrupted after step {report.interrupt_at}", f"{report.steps} steps straight"]
+    if report.compared_steps:
+        facts.append(f"steps {report.compared_range} compared")
+    if report.checkpoint:
+        facts.append(f"resumed from {report.checkpoint}")
+    return _text(" · ".join(facts))
+
+
+def _differences_section(report: ResumeReport) -> str:
+    rows = []
+    for difference in report.differences:
+        names = difference.names[:NAMES_LISTED]
+        more = len(difference.names) - len(names)
+        listed = "<br>\n".join(_text(name) for name in names) + (f"<br>\n… and {more} more" if more else "")
+        rows.append(
+            (
+                [
+                    _cell(f"{COMPONENTS[difference.component].code} {difference.component}"),
+                    _cell(str(difference.step), "num"),
+                    _cell(difference.at),
+                    f'<td class="mono">{listed}</td>',
+                    _number_cell(difference.max_abs_diff),
+                    _cell(describe_reader(difference.read_by) if difference.read_by else "-", "mono"),
+                    _cell(DOWNSTREAM if difference.downstream else difference.meaning),
+                    _cell("-" if difference.downstream else difference.fix),
+                ],
+                "downstream" if difference.downstream else "first",
+            )
+        )
+    header = ("component", "step", "at", "what differs", "max |diff|", "first read by", "meaning", "fix")
+    return (
+        "<h2>What differs from the uninterrupted run</h2>\n"
+        '<p class="muted">Each component at the first step boundary where it differs: <em>start</em> is the state '
+        "as the step's update starts (its forward and backward done, its batch), <em>end</em> the state after its "
+        "optimizer step. First read by: the first op after the resume that read it. Greyed: first "
+        "differs after the first differences, and may follow from them.</p>\n"
+        + _table(header, rows, table_id="differences")
+    )
+
+
+def _checkpoint_section(report: ResumeReport, root: Path) -> str:
+    parts = ["<h2>The checkpoint</h2>"]
+    for label, calls, purpose in (
+        ("Saved at", report.saved_at, "where the interrupted run wrote it"),
+        ("Loaded at", report.loaded_at, "where the resumed run read it"),
+    ):
+        if report.differences and label == "Saved at":
+            purpose += ": what differs above must also be in it"
+        for path, group in _nearby(calls):
+            sites = ", ".join(
+                f"<code>{_text(_location(call['path'], call['line']))}</code> ({_text(call['call'])})" for call in group
+            )
+            parts.append(
+                f'<div class="cause {label.split()[0].lower()}"><h3>{label} {sites}</h3>'
+                f"<p>{_text(_sentence(purpose))}</p>"
+                f"{_source_excerpt(path, [call['line'] for call in group], root)}</div>"
+            )
+    return "\n".join(parts)
+
+
+def _nearby(calls: Sequence[dict]) -> list[tuple[str, list[dict]]]:
+    """The calls by file, those whose excerpts would overlap together."""
+    groups: list[tuple[str, list[dict]]] = []
+    for call in sorted(calls, key=lambda call: (call["path"], call["line"])):
+        last = groups[-1] if groups else None
+        if last and last[0] == call["path"] and call["line"] - last[1][-1]["line"] <= 2 * SOURCE_CONTEXT + 1:
+            last[1].append(call)
+        else:
+            groups.append((call["path"], [call]))
+    return groups
+
+
+def _environment_section(environment: dict, differences: dict[str, list], *, column: str = "value in run 1") -> str:
     from detaudit.runtime.environment import summary
 
     # what the text report shows too: what decides reproducibility, and what differed between the runs
@@ -232,15 +359,18 @@ def _environment_section(environment: dict, differences: dict[str, list]) -> str
     everything = [([_cell(key, "mono"), _cell(_setting(value), "mono")], "") for key, value in environment.items()]
     return (
         "<h2>Environment</h2>\n"
-        + _table(("setting", "value in run 1"), rows, table_id="environment")
+        + _table(("setting", column), rows, table_id="environment")
         + f"\n<details><summary>The whole fingerprint ({len(environment)} settings)</summary>\n"
-        + _table(("setting", "value in run 1"), everything)
+        + _table(("setting", column), everything)
         + "</details>"
     )
 
 
-def _source_excerpt(path: str, line: int, root: Path) -> str:
-    """The lines around ``path:line`` as they are in the file now."""
+def _source_excerpt(path: str, line: int | Sequence[int], root: Path) -> str:
+    """The lines around ``path:line`` (or around several lines, each
+    highlighted) as they are in the file now."""
+    hits = {line} if isinstance(line, int) else set(line)
+    line = min(hits) if hits else 0
     if not path or not line:
         return '<p class="muted">No source line: the op ran outside the user\'s code.</p>'
     file = Path(path) if Path(path).is_absolute() else root / path
@@ -249,15 +379,15 @@ def _source_excerpt(path: str, line: int, root: Path) -> str:
     except OSError as error:
         reason = "not found" if isinstance(error, FileNotFoundError) else (error.strerror or type(error).__name__)
         return f'<p class="missing">Source not shown: {_text(str(file))}: {_text(reason)}.</p>'
-    if line > len(lines):
+    if max(hits) > len(lines):
         return (
             f'<p class="missing">Source not shown: {_text(path)} has {len(lines)} lines now, '
-            f"fewer than {line} (it changed since the run).</p>"
+            f"fewer than {max(hits)} (it changed since the run).</p>"
         )
-    first, last = max(1, line - SOURCE_CONTEXT), min(len(lines), line + SOURCE_CONTEXT)
+    first, last = max(1, line - SOURCE_CONTEXT), min(len(lines), max(hits) + SOURCE_CONTEXT)
     width = len(str(last))
     spans = [
-        f"<span{_class('hit' if number == line else '')}>{number:>{width}} | {_text(lines[number - 1])}</span>"
+        f"<span{_class('hit' if number in hits else '')}>{number:>{width}} | {_text(lines[number - 1])}</span>"
         for number in range(first, last + 1)
     ]
     return '<pre class="source">' + "".join(spans) + "</pre>"
