@@ -24,6 +24,23 @@ arguments override per test: ``@pytest.mark.deterministic(repeats=5, seed=1,
 deterministic=True, strict=True)`` (``deterministic`` runs the repeats
 under detaudit's deterministic mode).
 
+A run resumed from its checkpoint is checked the same way
+(``detaudit.audit_resume``: straight, interrupted after step K and resumed,
+compared component by component):
+
+    @pytest.mark.resume_equivalent("train.py", interrupt_at=4, resume_args="--resume")
+    def test_resuming_continues_the_run():
+        ...                                     # runs once the resume is found equivalent
+
+    def test_resume(resume_equivalent):         # or call the fixture
+        resume_equivalent("train.py", 4, preset="lightning", script_args=["--max-steps", "8"])
+
+The test fails with the report (the components that differ, what each means
+and its fix) unless the resume is equivalent.  The script's path is taken
+from the rootdir; it runs in the test's ``tmp_path``, unless ``cwd=`` says
+where.  Keyword arguments are ``audit_resume``'s.  ``--no-detaudit`` skips
+the audit.
+
 pytest imports this module in every environment where detaudit is
 installed, so it must not import torch (or numpy): the check imports them
 when a test asks for it.
@@ -37,6 +54,7 @@ from dataclasses import dataclass, field
 import pytest
 
 MARKER = "deterministic"
+RESUME_MARKER = "resume_equivalent"
 DEFAULT_REPEATS = 3
 _OPTION_NAMES = ("repeats", "seed", "deterministic", "strict")
 
@@ -47,6 +65,8 @@ class _Session:
     repeats: int
     checked: int = 0
     differed: list[str] = field(default_factory=list)
+    resumes: int = 0
+    resumes_differed: list[str] = field(default_factory=list)
 
 
 _SESSION = pytest.StashKey[_Session]()
@@ -75,6 +95,12 @@ def pytest_configure(config) -> None:
         "markers",
         f"{MARKER}(repeats={DEFAULT_REPEATS}, seed=0, deterministic=False): the test body is a training step "
         "that must be bitwise reproducible; detaudit runs it `repeats` times under one seed and compares every op",
+    )
+    config.addinivalue_line(
+        "markers",
+        f"{RESUME_MARKER}(script, interrupt_at, resume_args='', preset=None, steps=None, script_args=()): "
+        "the script, interrupted after step interrupt_at and resumed, must continue exactly as a run never "
+        "interrupted (detaudit.audit_resume); checked before the test body runs",
     )
     repeats = config.getoption("detaudit_repeats") or int(config.getini("detaudit_repeats") or DEFAULT_REPEATS)
     if repeats < 2:
@@ -139,11 +165,59 @@ def deterministic(request):
     return check
 
 
+def _check_resume(session: _Session, config, nodeid: str, tmp_path, script, interrupt_at, resume_args="", **options):
+    """``detaudit.audit_resume`` of ``script`` (from the rootdir), in ``tmp_path``; fails unless equivalent."""
+    __tracebackhide__ = True
+    from detaudit.resume.audit import audit_resume
+
+    options.setdefault("cwd", tmp_path)
+    session.resumes += 1
+    try:
+        report = audit_resume(config.rootpath / script, interrupt_at, resume_args, **options)
+    except (TypeError, ValueError, FileNotFoundError) as error:
+        pytest.fail(f"{RESUME_MARKER}: {error}", pytrace=False)
+    if report.verdict != "equivalent":
+        session.resumes_differed.append(nodeid)
+        pytest.fail(report.text(), pytrace=False)
+    return report
+
+
+@pytest.fixture
+def resume_equivalent(request, tmp_path):
+    """``resume_equivalent(script, interrupt_at, resume_args="", **options)``
+    checks that ``script`` resumed after step ``interrupt_at`` continues exactly
+    as it does uninterrupted (``detaudit.audit_resume``'s options) and returns
+    the report; the test fails with it otherwise.  With --no-detaudit it
+    checks nothing and returns None."""
+    session = request.config.stash[_SESSION]
+
+    def check(script, interrupt_at, resume_args="", **options):
+        __tracebackhide__ = True
+        if session.off:
+            return None
+        return _check_resume(session, request.config, request.node.nodeid, tmp_path, script, interrupt_at,
+                             resume_args, **options)
+
+    return check
+
+
+def pytest_collection_modifyitems(items) -> None:
+    for item in items:  # a resume_equivalent test runs its audit in its own tmp_path
+        if item.get_closest_marker(RESUME_MARKER) is not None and "tmp_path" not in item.fixturenames:
+            item.fixturenames.append("tmp_path")
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_pyfunc_call(pyfuncitem):
-    """A marked test that does not use the fixture is its own step: the test
-    function is swapped for one that runs it under the check."""
+    """A resume_equivalent test's audit runs before its body.  A
+    deterministic-marked test that does not use the fixture is its own step:
+    the test function is swapped for one that runs it under the check."""
     session = pyfuncitem.config.stash[_SESSION]
+    resume = pyfuncitem.get_closest_marker(RESUME_MARKER)
+    if resume is not None and not session.off:
+        __tracebackhide__ = True
+        _check_resume(session, pyfuncitem.config, pyfuncitem.nodeid, pyfuncitem.funcargs["tmp_path"],
+                      *resume.args, **resume.kwargs)
     marker = pyfuncitem.get_closest_marker(MARKER)
     if marker is None or session.off or "deterministic" in pyfuncitem.fixturenames:
         yield
@@ -176,6 +250,9 @@ def pytest_terminal_summary(terminalreporter) -> None:
         terminalreporter.write_line(
             f"detaudit: {session.checked} step(s) checked for bitwise reproducibility{differed}"
         )
+    if session.resumes:
+        differed = f", {len(session.resumes_differed)} not equivalent" if session.resumes_differed else ""
+        terminalreporter.write_line(f"detaudit: {session.resumes} resume(s) checked against uninterrupted runs{differed}")
 
 
 class _TorchState:

@@ -211,3 +211,45 @@ def test_pytest_start_up_imports_no_torch(pytester):
     result = pytester.runpytest_subprocess("-k", "torch_not_imported")
     result.assert_outcomes(passed=1, deselected=1)
     result.stdout.fnmatch_lines(["detaudit: deterministic steps run 3x*"])
+
+
+def test_resume_marker_and_fixture(pytester):
+    """A complete checkpoint passes, one without the torch RNG state fails with the report; the marker's
+    body runs only after its audit passed."""
+    import shutil
+    from pathlib import Path
+
+    fixture = Path(__file__).resolve().parents[1] / "fixtures" / "resume" / "checkpointed_training.py"
+    shutil.copy(fixture, pytester.path / "train.py")
+    pytester.makepyfile(
+        test_resume="""
+        import pytest
+
+        @pytest.mark.resume_equivalent("train.py", interrupt_at=4, resume_args="--resume", script_args=["--forget", "none"])
+        def test_complete_checkpoint():
+            print("BODY RAN")
+
+        @pytest.mark.resume_equivalent("train.py", interrupt_at=4, resume_args="--resume", script_args=["--forget", "torch-rng"])
+        def test_without_rng_state():
+            print("BODY RAN")
+
+        def test_fixture(resume_equivalent):
+            report = resume_equivalent("train.py", 4, preset="plain", script_args=["--forget", "none"])
+            assert report.checkpoint.endswith("checkpoint.pt")
+        """
+    )
+    result = pytester.runpytest_subprocess("-v", "-s")
+    result.assert_outcomes(passed=2, failed=1)
+    result.stdout.fnmatch_lines([
+        "*test_complete_checkpoint BODY RAN*",
+        "*diverges: train.py resumed after step 4 is not the straight run from step 5 on*",
+        "*torch-rng*step 5 start*",
+        "*fix: save torch.get_rng_state()*",
+        "*detaudit: 3 resume(s) checked against uninterrupted runs, 1 not equivalent*",
+    ])
+    assert result.stdout.str().count("BODY RAN") == 1  # not the failing one's
+    assert not (pytester.path / "checkpoint.pt").exists()  # the runs went to each test's tmp_path
+
+    off = pytester.runpytest_subprocess("--no-detaudit", "-s", "-k", "not fixture")  # the bodies alone
+    off.assert_outcomes(passed=2)
+    assert off.stdout.str().count("BODY RAN") == 2 and "resume(s) checked" not in off.stdout.str()
