@@ -41,6 +41,21 @@ from the rootdir; it runs in the test's ``tmp_path``, unless ``cwd=`` says
 where.  Keyword arguments are ``audit_resume``'s.  ``--no-detaudit`` skips
 the audit.
 
+A training step can also be held to a committed reference: a numerics
+regression test ("this step still gives the bits it gave last release, or
+the report says which op moved them"; ``detaudit.testing.assert_matches_reference``):
+
+    @pytest.mark.matches_reference("references/one_step", tolerance=None)
+    def test_one_step_keeps_its_numbers():
+        ...                                     # the test body is the step
+
+    def test_step(matches_reference):           # or hand a step to the fixture
+        matches_reference(train_one_step, "references/one_step")
+
+The folder is taken from the test file's directory.  A missing reference
+fails; ``--detaudit-save-references`` writes (or refreshes) every reference
+the tests compare with instead of comparing.
+
 pytest imports this module in every environment where detaudit is
 installed, so it must not import torch (or numpy): the check imports them
 when a test asks for it.
@@ -55,6 +70,8 @@ import pytest
 
 MARKER = "deterministic"
 RESUME_MARKER = "resume_equivalent"
+REFERENCE_MARKER = "matches_reference"
+_REFERENCE_OPTION_NAMES = ("tolerance", "seed", "deterministic", "strict")
 DEFAULT_REPEATS = 3
 _OPTION_NAMES = ("repeats", "seed", "deterministic", "strict")
 
@@ -67,6 +84,9 @@ class _Session:
     differed: list[str] = field(default_factory=list)
     resumes: int = 0
     resumes_differed: list[str] = field(default_factory=list)
+    save_references: bool = False
+    references: int = 0
+    references_drifted: list[str] = field(default_factory=list)
 
 
 _SESSION = pytest.StashKey[_Session]()
@@ -87,6 +107,12 @@ def pytest_addoption(parser) -> None:
         metavar="N",
         help=f"runs of each step to compare (default: ini detaudit_repeats, else {DEFAULT_REPEATS})",
     )
+    group.addoption(
+        "--detaudit-save-references",
+        action="store_true",
+        dest="detaudit_save_references",
+        help="write (or refresh) the references matches_reference tests compare with, instead of comparing",
+    )
     parser.addini("detaudit_repeats", f"runs of each deterministic step to compare (default {DEFAULT_REPEATS})")
 
 
@@ -102,10 +128,19 @@ def pytest_configure(config) -> None:
         "the script, interrupted after step interrupt_at and resumed, must continue exactly as a run never "
         "interrupted (detaudit.audit_resume); checked before the test body runs",
     )
+    config.addinivalue_line(
+        "markers",
+        f"{REFERENCE_MARKER}(folder, tolerance=None, seed=0, deterministic=False): the test body is a training step "
+        "that must give bitwise (or within tolerance) the results of the reference in folder (from the test file's "
+        "directory); --detaudit-save-references writes it",
+    )
     repeats = config.getoption("detaudit_repeats") or int(config.getini("detaudit_repeats") or DEFAULT_REPEATS)
     if repeats < 2:
         raise pytest.UsageError(f"--detaudit-repeats must be at least 2, got {repeats}")
-    config.stash[_SESSION] = _Session(off=bool(config.getoption("detaudit_off")), repeats=repeats)
+    config.stash[_SESSION] = _Session(
+        off=bool(config.getoption("detaudit_off")), repeats=repeats,
+        save_references=bool(config.getoption("detaudit_save_references")),
+    )
 
 
 def pytest_report_header(config) -> str:
@@ -201,6 +236,43 @@ def resume_equivalent(request, tmp_path):
     return check
 
 
+def _check_reference(session: _Session, item, step, folder, setup=None, **options):
+    """``assert_matches_reference`` of ``step`` against ``folder`` (from the test
+    file's directory), or the reference written with --detaudit-save-references."""
+    __tracebackhide__ = True
+    from detaudit.testing import assert_matches_reference
+
+    unknown = sorted(set(options) - set(_REFERENCE_OPTION_NAMES))
+    if unknown:
+        pytest.fail(f"{REFERENCE_MARKER} takes the folder and {', '.join(_REFERENCE_OPTION_NAMES)}; got {', '.join(unknown)}",
+                    pytrace=False)
+    session.references += 1
+    try:
+        return assert_matches_reference(step, item.path.parent / folder, save=session.save_references, setup=setup, **options)
+    except AssertionError as drift:
+        session.references_drifted.append(item.nodeid)
+        pytest.fail(str(drift), pytrace=False)
+
+
+@pytest.fixture
+def matches_reference(request):
+    """``matches_reference(step, folder, **options)`` checks that the
+    zero-argument ``step`` gives the results of the reference in ``folder``
+    (tolerance, seed, deterministic, strict) and returns the report; with
+    --detaudit-save-references it writes the reference; with --no-detaudit it
+    runs ``step`` once and returns None."""
+    session = request.config.stash[_SESSION]
+
+    def check(step, folder, **options):
+        __tracebackhide__ = True
+        if session.off:
+            step()
+            return None
+        return _check_reference(session, request.node, step, folder, **options)
+
+    return check
+
+
 def pytest_collection_modifyitems(items) -> None:
     for item in items:  # a resume_equivalent test runs its audit in its own tmp_path
         if item.get_closest_marker(RESUME_MARKER) is not None and "tmp_path" not in item.fixturenames:
@@ -219,10 +291,23 @@ def pytest_pyfunc_call(pyfuncitem):
         _check_resume(session, pyfuncitem.config, pyfuncitem.nodeid, pyfuncitem.funcargs["tmp_path"],
                       *resume.args, **resume.kwargs)
     marker = pyfuncitem.get_closest_marker(MARKER)
-    if marker is None or session.off or "deterministic" in pyfuncitem.fixturenames:
+    reference = pyfuncitem.get_closest_marker(REFERENCE_MARKER)
+    if marker is not None and "deterministic" not in pyfuncitem.fixturenames:
+        options = _options(session, marker)
+
+        def check(step, restore):
+            _check(session, pyfuncitem.nodeid, step, options, restore)
+    elif reference is not None and "matches_reference" not in pyfuncitem.fixturenames:
+        if not reference.args:
+            pytest.fail(f"@pytest.mark.{REFERENCE_MARKER} needs the reference's folder", pytrace=False)
+
+        def check(step, restore):
+            _check_reference(session, pyfuncitem, step, *reference.args, setup=restore, **reference.kwargs)
+    else:
+        check = None
+    if check is None or session.off:
         yield
         return
-    options = _options(session, marker)
     test_function = pyfuncitem.obj
 
     @functools.wraps(test_function)
@@ -234,7 +319,7 @@ def pytest_pyfunc_call(pyfuncitem):
             return test_function(**fixture_values)
 
         step.__qualname__ = test_function.__qualname__  # the report names the test, not this wrapper
-        _check(session, pyfuncitem.nodeid, step, options, saved.restore)
+        check(step, saved.restore)
 
     pyfuncitem.obj = checked
     try:
@@ -253,6 +338,12 @@ def pytest_terminal_summary(terminalreporter) -> None:
     if session.resumes:
         differed = f", {len(session.resumes_differed)} not equivalent" if session.resumes_differed else ""
         terminalreporter.write_line(f"detaudit: {session.resumes} resume(s) checked against uninterrupted runs{differed}")
+    if session.references:
+        if session.save_references:
+            terminalreporter.write_line(f"detaudit: {session.references} reference(s) written")
+        else:
+            drifted = f", {len(session.references_drifted)} drifted" if session.references_drifted else ""
+            terminalreporter.write_line(f"detaudit: {session.references} step(s) compared with their references{drifted}")
 
 
 class _TorchState:

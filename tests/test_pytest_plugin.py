@@ -253,3 +253,54 @@ def test_resume_marker_and_fixture(pytester):
     off = pytester.runpytest_subprocess("--no-detaudit", "-s", "-k", "not fixture")  # the bodies alone
     off.assert_outcomes(passed=2)
     assert off.stdout.str().count("BODY RAN") == 2 and "resume(s) checked" not in off.stdout.str()
+
+
+def test_reference_marker_and_fixture(training, monkeypatch):
+    """A missing reference fails saying how to write it; --detaudit-save-references writes it; the same
+    environment then passes; another CPU capability (the other machine) fails with the drift's report,
+    unless the tolerance covers it."""
+    training.makepyfile(
+        test_numerics="""
+        import pytest
+        from training_steps import train_step
+
+        @pytest.mark.matches_reference("references/marked")
+        def test_marked():
+            return train_step()
+
+        def test_fixture(matches_reference):
+            matches_reference(train_step, "references/fixture")
+
+        def test_tolerant(matches_reference):
+            matches_reference(train_step, "references/fixture", tolerance="1000000000ulp")
+        """
+    )
+    missing = training.runpytest_subprocess()
+    missing.assert_outcomes(failed=3)
+    missing.stdout.fnmatch_lines(["*no reference in */references/marked: write it with*--detaudit-save-references*"])
+    written = training.runpytest_subprocess("--detaudit-save-references")
+    written.assert_outcomes(passed=3)
+    written.stdout.fnmatch_lines(["*detaudit: 3 reference(s) written*"])
+    assert (training.path / "references" / "marked" / "manifest.json").is_file()
+    same = training.runpytest_subprocess()
+    same.assert_outcomes(passed=3)
+    same.stdout.fnmatch_lines(["*detaudit: 3 step(s) compared with their references*"])
+    monkeypatch.setenv("ATEN_CPU_CAPABILITY", "default" if _best_capability() != "DEFAULT" else "avx2")
+    other = training.runpytest_subprocess()
+    if _best_capability() == "DEFAULT":
+        return  # no other capability to stand for another machine
+    other.assert_outcomes(passed=1, failed=2)
+    other.stdout.fnmatch_lines([
+        "*drift: 1 run of test_marked departed from the reference in*",
+        "*training_steps.py:9 aten.randn.default: PyTorch promises no bitwise*",
+        "*detaudit: 3 step(s) compared with their references, 2 drifted*",
+    ])
+
+
+def _best_capability() -> str:
+    import subprocess
+    import sys
+
+    code = "import torch; print(torch.backends.cpu.get_cpu_capability())"
+    environment = {k: v for k, v in __import__("os").environ.items() if k != "ATEN_CPU_CAPABILITY"}
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=environment).stdout.strip()

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from detaudit.cli import add_distributed_arguments, add_script_arguments, distributed_of, positive_int
 from detaudit.dynamic.variations import VARIATIONS
+from detaudit.dynamic.verdict.tolerance import tolerance_argument
 
 FORMATS = ("text", "json", "sarif", "github")
 
@@ -27,9 +28,13 @@ def add_parser(subparsers) -> None:
         ),
     )
     add_script_arguments(parser)
-    parser.add_argument("--steps", type=int, default=2, help="stop after N optimizer steps (0: run to completion)")
-    parser.add_argument("--repeats", type=int, default=3, help="runs to compare (default 3)")
-    parser.add_argument("--seed", type=int, default=0, help="seed for random, numpy and torch before each run")
+    parser.add_argument(
+        "--steps", type=int, help="stop after N optimizer steps (0: run to completion; default 2, with --against the reference's)"
+    )
+    parser.add_argument("--repeats", type=int, help="runs to compare (default 3; with --against, runs compared with the reference, default 1)")
+    parser.add_argument(
+        "--seed", type=int, help="seed for random, numpy and torch before each run (default 0, with --against the reference's)"
+    )
     parser.add_argument("--no-seed", action="store_true", help="leave seeding to the script itself")
     parser.add_argument(
         "--vary", choices=tuple(VARIATIONS), help="vary " + " or ".join(v.help for v in VARIATIONS.values())
@@ -75,6 +80,22 @@ def add_parser(subparsers) -> None:
     parser.add_argument(
         "--timing-steps", type=int, default=10, metavar="N", help="with --remedy: optimizer steps per timed run (default 10; 0: all)"
     )
+    reference = parser.add_argument_group("reference runs (another machine, torch version or setting)")
+    reference.add_argument(
+        "--save-reference", metavar="DIR",
+        help="also keep run 1 in DIR (its trace, first steps' tensors, final state and environment, compressed) "
+        "for later runs to compare with",
+    )
+    reference.add_argument(
+        "--against", metavar="DIR",
+        help="compare this run with the reference in DIR: exit 0 identical (or within --tolerance), 1 drift, "
+        "naming the first ops that departed and the environment differences",
+    )
+    reference.add_argument(
+        "--tolerance", type=tolerance_argument, metavar="ULP|REL",
+        help="with --against: pass when every differing final tensor is within 4ulp (units in the last place) "
+        "or a relative difference such as 1e-6",
+    )
     add_distributed_arguments(parser)
     parser.set_defaults(handler=handle)
 
@@ -85,8 +106,12 @@ def handle(args: argparse.Namespace) -> int:
     script = Path(args.script)
     if not script.is_file():
         raise UsageError(f"no such script: {args.script}")
-    if args.repeats < 2:
-        raise UsageError("--repeats must be at least 2 (one run has nothing to compare with)")
+    _reference_defaults(args)
+    if args.repeats < (1 if args.against else 2):
+        raise UsageError(
+            "--repeats must be at least 1 with --against" if args.against
+            else "--repeats must be at least 2 (one run has nothing to compare with)"
+        )
     variation = VARIATIONS.get(args.vary)
     if variation is not None and variation.repeats_script and args.repeats < 3:
         raise UsageError("--vary needs --repeats 3 or more (a control pair plus a varied run)")
@@ -114,12 +139,16 @@ def handle(args: argparse.Namespace) -> int:
     if distributed is not None:
         refused = [
             option
-            for option, given in (("--vary", args.vary), ("--remedy", args.remedy), ("--html", args.html), ("--jobs", args.jobs > 1))
+            for option, given in (
+                ("--vary", args.vary), ("--remedy", args.remedy), ("--html", args.html), ("--jobs", args.jobs > 1),
+                ("--save-reference", args.save_reference), ("--against", args.against),
+            )
             if given
         ]
         if refused:
             raise UsageError(f"{refused[0]} is not supported with --nproc-per-node")
 
+    from detaudit.dynamic.reference.folder import ReferenceFolderError
     from detaudit.dynamic.runner import ScriptFailed, audit_distributed, audit_script
     from detaudit.report.progress import RunProgress
 
@@ -138,8 +167,11 @@ def handle(args: argparse.Namespace) -> int:
             else:
                 report = audit_script(
                     str(script), args.script_args, vary=args.vary, progress=progress, vary_options=vary_options,
-                    jobs=args.jobs, **common,
+                    jobs=args.jobs, save_reference=args.save_reference, against=args.against,
+                    tolerance=args.tolerance, **common,
                 )
+    except ReferenceFolderError as error:
+        raise UsageError(str(error)) from None
     except ScriptFailed as failed:
         print(f"detaudit: error: {failed}", file=sys.stderr)
         if args.junit_xml:
@@ -170,6 +202,52 @@ def handle(args: argparse.Namespace) -> int:
         _write_html(report, args.html)
     _write(report, args.format, remedy if args.remedy else False)
     return report.exit_code
+
+
+def _reference_defaults(args: argparse.Namespace) -> None:
+    """Fill --steps, --seed and --repeats: the reference's steps and seed with
+    --against (asking for others is an error: the runs would not compare),
+    else 2 steps, seed 0, 3 repeats; and refuse what does not go with a reference."""
+    from detaudit.cli import UsageError
+
+    refused = [
+        (option, with_option)
+        for option, given, with_option, also in (
+            ("--tolerance", args.tolerance is not None, "--against", not args.against),
+            ("--save-reference", args.save_reference, "--against", args.against),
+            ("--vary", args.vary, "--against", args.against),
+            ("--remedy", args.remedy, "--against", args.against),
+            ("--vary", args.vary, "--save-reference", args.save_reference),
+        )
+        if given and also
+    ]
+    if refused:
+        option, with_option = refused[0]
+        raise UsageError(f"{option} goes only with --against" if option == "--tolerance" else f"{option} does not go with {with_option}")
+    if args.save_reference:
+        from detaudit.dynamic.reference.folder import ReferenceFolderError, check_writable
+
+        try:
+            check_writable(args.save_reference)
+        except ReferenceFolderError as error:
+            raise UsageError(str(error)) from None
+    if args.against:
+        from detaudit.dynamic.reference.folder import ReferenceFolderError, read_manifest
+
+        try:
+            manifest = read_manifest(args.against)
+        except ReferenceFolderError as error:
+            raise UsageError(str(error)) from None
+        steps, seed = manifest.get("steps"), manifest.get("seed")
+        seed_given = args.no_seed or args.seed is not None
+        if (args.steps is not None and args.steps != steps) or (seed_given and (None if args.no_seed else args.seed) != seed):
+            saved = f"--steps {steps} " + ("--no-seed" if seed is None else f"--seed {seed}")
+            raise UsageError(f"the reference in {args.against} ran with {saved}: a run with other steps or seeds does not compare with it")
+        args.steps, args.seed, args.no_seed = steps, 0 if seed is None else seed, seed is None
+    args.steps = 2 if args.steps is None else args.steps
+    args.seed = 0 if args.seed is None else args.seed
+    if args.repeats is None:
+        args.repeats = 1 if args.against else 3
 
 
 def _write_failure(failure, output_format: str) -> None:

@@ -5,6 +5,11 @@ more training steps and returns what to compare (a model, an optimizer,
 tensors, or a dict/list/tuple of them).  It is run ``repeats`` times, seeded
 identically and traced, in this process: causes that need a fresh process
 (hash order, autotuning state) are ``detaudit run``'s job.
+
+``save_reference=DIR`` also keeps run 1 as a reference folder
+(``dynamic/reference/folder.py``); ``reference=DIR`` compares ``repeats``
+runs of the step with the reference in DIR instead of with each other
+(verdict identical, within-tolerance or drift, as ``detaudit run --against``).
 """
 
 from __future__ import annotations
@@ -16,8 +21,13 @@ from detaudit.dynamic.verdict.run_report import RECORDER_KEY, RunReport
 
 
 def _run_traced(
-    step: Callable[[], Any], seed: int | None, deterministic: bool, fill: int, capture_ops=(), setup=None, sampled_ops=()
+    step: Callable[[], Any], seed: int | None, deterministic: bool, fill: int, capture_ops=(), setup=None, sampled_ops=(),
+    keep=None,
 ):
+    """One traced run of ``step``: its trace, final state, captured tensors,
+    recorder, and what it kept as it ran (``keep``: None; "first-steps", as
+    run 1 of ``detaudit run`` keeps them; or a reference trace.json to compare
+    with as it runs, keeping where it departs)."""
     from detaudit.dynamic.compare.classify import Trace
     from detaudit.dynamic.record.final_state import cpu_copy, returned_state
     from detaudit.dynamic.record.tracer import OpTracer
@@ -38,6 +48,11 @@ def _run_traced(
     watcher.training_started = True  # the function audited is a training step: nothing of it is setup
     tracer = OpTracer(capture_ops=capture_ops, sampled_ops=sampled_ops, allocation_fill=fill)
     tracer.attach(watcher)
+    kept = None
+    if keep is not None:
+        from detaudit.dynamic.record.online_capture import OnlineCapture
+
+        kept = tracer.observer = OnlineCapture(tracer, None if keep == "first-steps" else keep)
     value = None
     try:
         with switches, tracer:
@@ -48,41 +63,59 @@ def _run_traced(
         watcher.close()
     state = returned_state(value)
     tracer.note_final_state(state)
-    return Trace(**tracer.trace_data()), cpu_copy(state), tracer.captured, tracer.recorder
+    return Trace(**tracer.trace_data()), cpu_copy(state), tracer.captured, tracer.recorder, kept
 
 
 def audit(
     step: Callable[[], Any],
     *,
-    repeats: int = 3,
+    repeats: int | None = None,
     seed: int | None = 0,
     deterministic: bool = False,
     setup: Callable[[], Any] | None = None,
     strict: bool = False,
+    save_reference: str | None = None,
+    reference: str | None = None,
+    tolerance: str | None = None,
 ) -> RunReport:
-    """Run ``step`` ``repeats`` times under the same seed and report whether
-    (and where) the runs differ.  ``seed=None`` leaves seeding to ``step``.
+    """Run ``step`` ``repeats`` times (default 3; against a reference, 1) under
+    the same seed and report whether (and where) the runs differ.  ``seed=None`` leaves seeding to ``step``.
     ``setup`` runs before each repeat, untraced: it can put back state that
     ``step`` changes but did not create (a model built once, outside it).
-    ``strict``: a latent difference fails the report too (``report.passed``)."""
+    ``strict``: a latent difference fails the report too (``report.passed``).
+    ``save_reference`` / ``reference`` / ``tolerance`` (``"4ulp"``, ``"1e-6"``,
+    with ``reference``): see the module docstring."""
     from detaudit.dynamic.compare.state_diff import SavedState
     from detaudit.dynamic.verdict.build import build_report
 
+    if reference is not None:
+        return _audit_against(step, reference, runs=1 if repeats is None else repeats, seed=seed, deterministic=deterministic, setup=setup,
+                              strict=strict, tolerance=tolerance)
+    if tolerance is not None:
+        raise ValueError("tolerance goes with reference=")
+    repeats = 3 if repeats is None else repeats
     if repeats < 2:
         raise ValueError("repeats must be at least 2 (one run has nothing to compare with)")
+    if save_reference is not None:
+        from detaudit.dynamic.reference.folder import check_writable
+
+        check_writable(save_reference)
     traces, states = [], []
     for repeat in range(repeats):
         # each repeat fills torch.empty's memory with its own number (OpTracer.allocation_fill)
-        trace, state, _, recorder = _run_traced(step, seed, deterministic, repeat + 1, setup=setup)
+        keep = "first-steps" if repeat == 0 and save_reference is not None else None
+        trace, state, _, recorder, kept = _run_traced(step, seed, deterministic, repeat + 1, setup=setup, keep=keep)
         traces.append(trace)
         states.append(SavedState.of_tensors(state))
+        if kept is not None:
+            _save_reference(save_reference, step, trace, state, kept, recorder, seed=seed, deterministic=deterministic)
 
     def capture(other: int, records: list[int], sampled: list[int]) -> tuple[dict, dict]:
         # in one process every repeat runs under the same conditions but its fill
         return tuple(_run_traced(step, seed, deterministic, repeat + 1, records, setup, sampled)[2] for repeat in (0, other))
 
     report = build_report(
-        getattr(step, "__qualname__", repr(step)),
+        _name(step),
         traces,
         states,
         steps=0,
@@ -90,6 +123,74 @@ def audit(
         capture=capture,
     )
     report.strict = strict
+    return report
+
+
+def _name(step) -> str:
+    return getattr(step, "__qualname__", repr(step))
+
+
+def _save_reference(folder: str, step, trace, state: dict, kept, recorder: str, *, seed, deterministic: bool) -> None:
+    """Keep one in-process run as a reference folder, as ``detaudit run --save-reference`` keeps run 1."""
+    import tempfile
+    from pathlib import Path
+
+    from detaudit.dynamic.record.final_state import save_state
+    from detaudit.dynamic.reference import folder as reference_folder
+
+    with tempfile.TemporaryDirectory(prefix="detaudit-reference-") as workdir:
+        trace.save(Path(workdir) / "trace.json")
+        payload = {
+            "trace_file": str(Path(workdir) / "trace.json"), **kept.save(Path(workdir)),
+            **save_state(state, Path(workdir) / "state.pt"), "environment": _environment(), "recorder": recorder,
+            "steps": 0,
+        }
+        reference_folder.save(folder, payload, script=_name(step), script_args=(), steps=0, seed=seed,
+                              deterministic=deterministic)
+
+
+def _audit_against(step, folder: str, *, runs: int, seed, deterministic: bool, setup, strict: bool, tolerance) -> RunReport:
+    """``runs`` traced runs of ``step`` in this process, each compared with the
+    reference in ``folder`` as run 1 (``runner._audit_against`` in-process)."""
+    import tempfile
+
+    import torch
+
+    from detaudit.dynamic.compare.classify import Trace
+    from detaudit.dynamic.compare.state_diff import SavedState
+    from detaudit.dynamic.record.online_capture import select, select_kept
+    from detaudit.dynamic.reference import folder as reference_folder
+    from detaudit.dynamic.reference.explain import against_notes
+    from detaudit.dynamic.verdict.build import build_report
+    from detaudit.dynamic.verdict.tolerance import Tolerance
+
+    if runs < 1:
+        raise ValueError("repeats must be at least 1 against a reference")
+    limit = Tolerance.parse(tolerance) if tolerance is not None else None
+    with tempfile.TemporaryDirectory(prefix="detaudit-against-") as workdir:
+        saved = reference_folder.load(folder, workdir)
+        traces, states, kept = [Trace.load(saved.trace_file)], [SavedState.of_file(saved.state_file, saved.state_digests)], [None]
+        for run in range(1, runs + 1):
+            trace, state, _, recorder, online = _run_traced(step, seed, deterministic, run + 1, setup=setup, keep=saved.trace_file)
+            traces.append(trace)
+            states.append(SavedState.of_tensors(state))
+            kept.append({"full": online.full, "sampled": online.sampled})
+        reference_kept = torch.load(saved.first_steps_file, weights_only=True) if saved.first_steps_file else None
+
+        def capture(other: int, records: list[int], sampled: list[int]) -> tuple[dict, dict]:
+            mine = select_kept(reference_kept, records, sampled) if reference_kept else {}
+            theirs = select(kept[other], records, sampled)
+            if theirs is None:
+                theirs = _run_traced(step, seed, deterministic, other + 1, records, setup, sampled)[2]
+            return mine, theirs
+
+        environment = _environment()
+        report = build_report(
+            _name(step), traces, states, steps=0, environment={**environment, RECORDER_KEY: recorder}, capture=capture,
+            run_environments=[saved.environment] + [environment] * runs, across_environments=True,
+        )
+    report.reference, report.tolerance, report.strict = saved.summary(), limit, strict
+    report.notes += against_notes(saved, (), report)
     return report
 
 

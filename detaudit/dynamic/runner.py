@@ -70,13 +70,19 @@ def audit_script(
     remedy_options: Mapping[str, Any] | None = None,
     measure: bool = True,
     jobs: int = 1,
+    save_reference: str | None = None,
+    against: str | None = None,
+    tolerance=None,  # a verdict.tolerance.Tolerance, with ``against``
 ):
     """Run ``script`` ``repeats`` times and report; ``strict``: a latent
     difference fails the gate too (see ``verdict/run_report.py``).  ``remedy_options``:
     child settings every run gets (``detaudit.launch.child_settings``), made
     after the variation's setting (the remedies ``--remedy`` tries).  ``measure=False`` skips the capture
     reruns that measure each cause's deviation.  ``jobs``: runs at a time
-    (see the module docstring)."""
+    (see the module docstring).  ``save_reference``: a folder to keep run 1
+    in as a reference (``dynamic/reference/folder.py``).  ``against``: a
+    reference folder; the ``repeats`` runs are each compared with it
+    (``audit_against``)."""
     from detaudit.dynamic.compare.classify import Trace
     from detaudit.dynamic.compare.state_diff import SavedState
     from detaudit.dynamic.record import native
@@ -85,6 +91,11 @@ def audit_script(
     # here, once: no run's time limit pays for building the compiled recorder
     native.ensure_built(announce=lambda text: print(f"detaudit: {text}", file=sys.stderr, flush=True))
 
+    if against is not None:
+        return _audit_against(
+            script, script_args, against, runs=repeats, tolerance=tolerance, steps=steps, seed=seed,
+            deterministic=deterministic, strict=strict, timeout=timeout, cwd=cwd, progress=progress, jobs=jobs,
+        )
     variation = VARIATIONS[vary] if vary else None
     if variation is not None and not variation.repeats_script:  # an audit of its own (batch)
         return variation.audit_function()(
@@ -132,9 +143,9 @@ def audit_script(
             (repeat, options_for(repeat, Path(workdir) / f"run{repeat}", RecordEnvironment()))
             for repeat in range(repeats)
         ]
+        if measure or save_reference:  # run 1 keeps its first steps, in case a run compared with it differs there
+            runs[0] = (0, runs[0][1].changing(Tracing, keep_first_steps=True))
         if jobs == 1 or _gpu_may_be_visible():
-            if measure:  # run 1 keeps its first steps, in case a later run compared with it differs there
-                runs[0] = (0, runs[0][1].changing(Tracing, keep_first_steps=True))
             results = launch_all(runs[:1], 1)
             if jobs > 1 and results[0].payload.get("environment", {}).get("torch.cuda.is_available"):
                 jobs = 1
@@ -145,6 +156,13 @@ def audit_script(
             results += launch_all(runs[1:], jobs)
         else:
             results = launch_all(runs, jobs)
+        if save_reference:
+            from detaudit.dynamic.reference import folder
+
+            manifest = folder.save(
+                save_reference, results[0].payload, script=script, script_args=script_args, steps=steps, seed=seed,
+                deterministic=deterministic,
+            )
         traces = [Trace.load(result.payload["trace_file"]) for result in results]
         states = [SavedState.of_file(result.payload["state_file"], result.payload["state_digests"]) for result in results]
 
@@ -189,6 +207,129 @@ def audit_script(
     if variation:
         warnings.extend(_variation_warnings(report.variation, results, cwd))
     warnings.extend(_compile_warnings(results[0].payload))
+    report.warnings = warnings
+    if save_reference:
+        report.notes.append(_saved_note(save_reference, manifest))
+    return report
+
+
+def _saved_note(folder: str, manifest: dict) -> str:
+    files = ", ".join(f"{name} {_size(size)}" for name, size in manifest["files"].items())
+    return f"run 1 saved as a reference in {folder} ({_size(manifest['size_bytes'])}: {files}); compare with --against {folder}"
+
+
+def _size(size: int) -> str:
+    return f"{size / 1e6:.1f} MB" if size >= 1e5 else f"{size / 1e3:.1f} kB"
+
+
+def _audit_against(
+    script: str,
+    script_args: Sequence[str],
+    reference_folder: str,
+    *,
+    runs: int,
+    tolerance,
+    steps: int,
+    seed: int | None,
+    deterministic: bool,
+    strict: bool,
+    timeout: float | None,
+    cwd: str | None,
+    progress,
+    jobs: int,
+):
+    """``runs`` traced runs of ``script``, each compared with the reference
+    in ``reference_folder`` as run 1 (``build_report(across_environments=True)``):
+    an op whose inputs matched the reference's bitwise and whose outputs did
+    not is a drift root.  Each run keeps, as it runs, the tensors of the
+    records where it departs from the reference; the reference's come from
+    the first steps it kept (it cannot be rerun), so a drift root past them
+    is located, not measured."""
+    import torch
+
+    from detaudit.dynamic.compare.classify import Trace
+    from detaudit.dynamic.compare.state_diff import SavedState
+    from detaudit.dynamic.record import native
+    from detaudit.dynamic.record.online_capture import select, select_kept
+    from detaudit.dynamic.reference import folder
+    from detaudit.dynamic.reference.explain import against_notes
+    from detaudit.dynamic.verdict.build import build_report
+
+    native.ensure_built(announce=lambda text: print(f"detaudit: {text}", file=sys.stderr, flush=True))
+    progress = progress or NoProgress()
+    warnings: list[str] = []
+    with tempfile.TemporaryDirectory(prefix="detaudit-run-") as workdir:
+        reference = folder.load(reference_folder, Path(workdir) / "reference")
+
+        def options_for(run: int, output_dir: Path) -> LaunchOptions:
+            """Run ``run``'s options (from 1: the reference is run 0), its allocations filled unlike the reference's."""
+            fault = fault_for_repeat(run)
+            return LaunchOptions(
+                seed=seed, max_steps=steps, settings={"deterministic": True} if deterministic else {},
+                features=(
+                    SaveFinalState(), RecordEnvironment(), Tracing(allocation_fill=run + 1),
+                    *((InjectFault(fault),) if fault else ()),
+                ),
+                output_dir=output_dir,
+            )
+
+        def launch(run: int, options: LaunchOptions) -> ScriptResult:
+            # the reference is run 1 in the report: run 2 is the first run against it
+            label = f"capture rerun of run {run + 1}" if _captures(options) else f"run {run + 1} (against the reference)"
+            progress.started(label)
+            started = time.monotonic()
+            result = run_script(script, script_args, options=options, timeout=timeout, cwd=cwd)
+            ok = not result.failed and result.wrote_results
+            progress.finished(label, _outcome(result, time.monotonic() - started, count_steps=not _captures(options)), ok=ok)
+            if not ok:
+                which = f"the {label}" if _captures(options) else label
+                raise ScriptFailed(RunFailure.of(script, which, result, repeats=runs, steps=steps))
+            warnings.extend(f"{label} {warning}" for warning in result.warnings)
+            return result
+
+        at_a_time = 1 if _gpu_may_be_visible() else jobs
+        planned = [
+            (run, options_for(run, Path(workdir) / f"run{run}").changing(Tracing, compare_with=reference.trace_file))
+            for run in range(1, runs + 1)
+        ]
+        results = [None, *_run_concurrently(launch, planned, at_a_time)]
+        traces = [Trace.load(reference.trace_file)] + [Trace.load(r.payload["trace_file"]) for r in results[1:]]
+        states = [SavedState.of_file(reference.state_file, reference.state_digests)] + [
+            SavedState.of_file(r.payload["state_file"], r.payload["state_digests"]) for r in results[1:]
+        ]
+        reference_kept = torch.load(reference.first_steps_file, weights_only=True) if reference.first_steps_file else None
+
+        def capture(other: int, records: list[int], sampled: list[int]) -> tuple[dict, dict]:
+            """The reference's tensors from what it kept; this run's from what it
+            kept as it ran, else from a rerun of it."""
+            mine = select_kept(reference_kept, records, sampled) if reference_kept else {}
+            path = results[other].payload.get("online_capture_file")
+            theirs = select(torch.load(path, weights_only=True), records, sampled) if path else None
+            if theirs is None:
+                progress.add(1)
+                rerun = options_for(other, Path(workdir) / f"capture{other}").changing(
+                    Tracing, capture_ops=tuple(records), sampled_ops=tuple(sampled)
+                )
+                path = launch(other, rerun).payload.get("capture_file")
+                theirs = torch.load(path, weights_only=True) if path else {}
+            return mine, theirs
+
+        report = build_report(
+            script,
+            traces,
+            states,
+            steps=steps,
+            environment=_environment(results[1].payload),
+            capture=capture,
+            run_environments=[reference.environment] + [r.payload.get("environment", {}) for r in results[1:]],
+            across_environments=True,
+        )
+    report.reference = reference.summary()
+    report.tolerance = tolerance
+    report.strict = strict
+    report.steps_run = [reference.manifest.get("steps_run") or 0] + [r.payload["steps"] for r in results[1:]]
+    report.notes += against_notes(reference, script_args, report)
+    warnings.extend(_compile_warnings(results[1].payload))
     report.warnings = warnings
     return report
 

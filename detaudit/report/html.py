@@ -51,6 +51,9 @@ code, pre, td.mono { font-family: ui-monospace, SFMono-Regular, Menlo, Consolas,
 .verdict { padding: 0.7em 1em; border-radius: 6px; font-weight: 600; margin: 1em 0; }
 .verdict.nondeterministic { background: #fdecea; border-left: 6px solid #d62728; }
 .verdict.deterministic { background: #e9f6ec; border-left: 6px solid #2ca02c; }
+.verdict.drift { background: #fdecea; border-left: 6px solid #d62728; }
+.verdict.identical { background: #e9f6ec; border-left: 6px solid #2ca02c; }
+.verdict.latent, .verdict.within-tolerance { background: #fcf8e3; border-left: 6px solid #c09853; }
 .verdict.diverges { background: #fdecea; border-left: 6px solid #d62728; }
 .verdict.equivalent { background: #e9f6ec; border-left: 6px solid #2ca02c; }
 .verdict.error { background: #fcf8e3; border-left: 6px solid #c09853; }

@@ -221,6 +221,24 @@ REPLICA_DIVERGENCE = _register(
 )
 
 
+# reference runs (detaudit run --against: dynamic/reference/): this run against one saved in another environment
+ENVIRONMENT_DRIFT = _register(
+    CauseKind(
+        "DYN030",
+        "environment-drift",
+        "An op gave other bits than the saved reference from bitwise-identical inputs: the environment "
+        "computes it differently (another CPU instruction set, GPU, library build, torch version or setting).",
+        "PyTorch promises no bitwise equality across machines and versions: compare with --tolerance, pin what "
+        "differs where it can be pinned (ATEN_CPU_CAPABILITY, threads, precision settings), or keep one reference "
+        "per environment.",
+    )
+)
+#: kinds that, between a run and a reference saved elsewhere, mean "this environment computes the op
+#: differently": a kernel's other bits, or a generator's other draws from the same state (its sampler's
+#: kernel; an RNG cause whose generator state was set differently stays an RNG cause)
+DRIFTING_KINDS = frozenset({NONDETERMINISTIC_OP, RNG})
+
+
 # -- what a cause says about the other run ------------------------------------
 @dataclass(frozen=True)
 class OtherRunOp:

@@ -260,11 +260,13 @@ class OnlineCapture:
 def select(captured: dict, records: list[int], sampled: list[int]) -> dict | None:
     """The capture a rerun asked for ``records`` (``sampled`` of them sampled)
     would give, from what a run kept online; None when something is missing."""
+    chosen = select_kept(captured, records, sampled)
+    return chosen if len(chosen) == len(records) else None
+
+
+def select_kept(captured: dict, records: list[int], sampled: list[int]) -> dict:
+    """What a run kept online of ``records``, whatever is there (a reference
+    saved elsewhere cannot be rerun for the rest)."""
     wanted_sampled = set(sampled)
-    chosen = {}
-    for record in records:
-        entry = captured["sampled" if record in wanted_sampled else "full"].get(record)
-        if entry is None:
-            return None
-        chosen[record] = entry
-    return chosen
+    kept = ((record, captured["sampled" if record in wanted_sampled else "full"].get(record)) for record in records)
+    return {record: entry for record, entry in kept if entry is not None}

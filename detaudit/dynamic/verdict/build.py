@@ -23,11 +23,11 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Callable
 
-from detaudit.dynamic.compare.causes import NONDETERMINISTIC_OP, RNG, UnseededGenerator
+from detaudit.dynamic.compare.causes import DRIFTING_KINDS, ENVIRONMENT_DRIFT, NONDETERMINISTIC_OP, RNG, UnseededGenerator
 from detaudit.knowledge.apis import RNG_STATE_RESTORERS
 from detaudit.dynamic.compare.classify import CauseAt, PairComparison, Site, Trace, compare_traces, first_step
 from detaudit.dynamic.compare.divergence import ROOT, Divergence, divergence_of, root_causes_by_record
-from detaudit.dynamic.compare.state_diff import SavedState, compare_saved_states, tensor_diff
+from detaudit.dynamic.compare.state_diff import SavedState, TensorDiff, compare_saved_states, tensor_diff
 from detaudit.dynamic.variations import Variation
 from detaudit.dynamic.verdict.run_report import FINAL_STATE, LATENT, RootCause, RunReport
 
@@ -66,10 +66,14 @@ def build_report(
     capture: CaptureFn | None = None,
     variation: Variation | None = None,
     run_environments: list[dict] | None = None,
+    across_environments: bool = False,
 ) -> RunReport:
     """``environment`` is the reference run's fingerprint; ``run_environments``
     every run's, when each recorded one (they say what differed between runs
-    and which setting of a variation each run really ran with)."""
+    and which setting of a variation each run really ran with).
+    ``across_environments``: run 0 is a reference saved in another
+    environment (``dynamic/reference/``), so an op that gave other bits from
+    the same inputs is an environment drift, not a nondeterministic op."""
     settings = variation.settings(len(traces)) if variation else []
     found: dict[Site, _Found] = {}
     propagated = 0
@@ -109,6 +113,8 @@ def build_report(
         kind = site.kind
         if variation and entry.seen_in_control == 0:
             kind = variation.cause
+        if across_environments and _drifted(kind, entry.cause):
+            kind = ENVIRONMENT_DRIFT
         causes.append(
             RootCause(
                 kind=kind,
@@ -120,7 +126,8 @@ def build_report(
                 seen=entry.seen,
                 pairs=pairs,
                 first_step=first_step(traces[0], entry.cause.record),
-                max_abs_diff=deviations.get(id(entry)),
+                max_abs_diff=deviations[id(entry)].max_abs_diff if id(entry) in deviations else None,
+                max_ulp=deviations[id(entry)].max_ulp if id(entry) in deviations else None,
                 hint=op_hint(site.op) if kind is NONDETERMINISTIC_OP else "",
                 other_side=entry.cause.other_side,
                 effect=FINAL_STATE if entry.reaches_final else LATENT,
@@ -145,6 +152,13 @@ def build_report(
         divergence=divergence,
         environment_differences=environment_differences(run_environments or []),
     )
+
+
+def _drifted(kind, cause: CauseAt) -> bool:
+    """Whether a cause found against a reference saved elsewhere is the
+    environment computing an op differently (``DRIFTING_KINDS``): not an RNG
+    cause whose generator state a call set differently."""
+    return kind in DRIFTING_KINDS and not (kind is RNG and cause.other_side is not None)
 
 
 def environment_differences(environments: list[dict]) -> dict[str, list]:
@@ -212,15 +226,16 @@ def _measure_deviations(
     capture: CaptureFn | None,
     divergence: Divergence | None = None,
     chart_causes: dict[int, CauseAt] | None = None,
-) -> dict[int, float]:
-    """max |diff| of each cause's tensor, from one targeted rerun per pair;
-    the chart's pair also measures the divergence's records (in place)."""
+) -> dict[int, TensorDiff]:
+    """How each cause's tensor differs (max |diff|, max ULP), from one
+    targeted capture per pair; the chart's pair also measures the
+    divergence's records (in place)."""
     measurable = [e for e in entries if e.cause.capture_record >= 0]
     chart_records = divergence.records_to_measure() if divergence else []
     chart_pair = divergence.other_run if chart_records else None
     if capture is None or not (measurable or chart_records):
         return {}
-    deviations: dict[int, float] = {}
+    deviations: dict[int, TensorDiff] = {}
     for pair in sorted({e.pair for e in measurable} | ({chart_pair} if chart_pair else set())):
         in_pair = [e for e in measurable if e.pair == pair]
         full = {e.cause.capture_record for e in in_pair}
@@ -235,8 +250,9 @@ def _measure_deviations(
     return deviations
 
 
-def _cause_deviation(reference: dict, other: dict, cause: CauseAt) -> float | None:
-    """max |diff| of the tensors that show a cause (None when not captured)."""
+def _cause_deviation(reference: dict, other: dict, cause: CauseAt) -> TensorDiff | None:
+    """The worst difference (max |diff|, max ULP) of the tensors that show a
+    cause (None when not captured)."""
     tensors_a = reference.get(cause.capture_record, {}).get(cause.capture_side, [])
     tensors_b = other.get(cause.capture_record, {}).get(cause.capture_side, [])
     if cause.capture_position is not None:
@@ -248,8 +264,11 @@ def _cause_deviation(reference: dict, other: dict, cause: CauseAt) -> float | No
         tensors_b = [t for t, shown in zip(tensors_b, cause.capture_outputs) if shown]
     if not (tensors_a and tensors_b):
         return None
-    diffs = [tensor_diff("", a, b) for a, b in zip(tensors_a, tensors_b)]
-    return max((d.max_abs_diff for d in diffs if d), default=0.0)
+    diffs = [d for d in (tensor_diff("", a, b) for a, b in zip(tensors_a, tensors_b)) if d]
+    if not diffs:
+        return TensorDiff("", [], "", 0.0, 0.0, 0, 0.0)
+    worst = max(diffs, key=lambda d: d.max_abs_diff)
+    return replace(worst, max_ulp=max(d.max_ulp for d in diffs))
 
 
 def _measure_divergence(divergence: Divergence, reference: dict, other: dict, causes: dict[int, CauseAt]) -> None:
@@ -261,7 +280,8 @@ def _measure_divergence(divergence: Divergence, reference: dict, other: dict, ca
             continue
         cause = causes.get(point.record)
         if point.status == ROOT and cause is not None and "inputs" in captured_a:
-            point.max_abs_diff = _cause_deviation(reference, other, cause)
+            deviation = _cause_deviation(reference, other, cause)
+            point.max_abs_diff = deviation.max_abs_diff if deviation else None
             continue
         pairs = [(a, b) for a, b in zip(captured_a["outputs"], captured_b["outputs"]) if a.numel() and b.numel()]
         if not pairs:

@@ -13,6 +13,15 @@ The verdict, and what fails the gate:
   nobody reads (workspaces, unused outputs of multi-output ops) are never
   compared into the verdict.
 
+Against a reference saved in another environment (``--against``: run 1 is
+the reference, ``dynamic/reference/``), the same comparison gives
+
+* **identical** (exit 0): the final states are bitwise the reference's
+  (a latent difference fails only with ``strict``);
+* **within-tolerance** (exit 0, only with a ``Tolerance``): every differing
+  final tensor is within it;
+* **drift** (exit 1): otherwise.  Its root causes are the *drift roots*.
+
 One object carries the content; it is written as rich text, JSON (the
 ``to_dict`` shape), ``Finding`` objects (for SARIF / GitHub annotations) and
 JUnit XML.  Imports neither torch nor numpy.
@@ -26,11 +35,16 @@ from xml.etree import ElementTree
 
 from detaudit.dynamic.compare.causes import CauseKind, OtherSide
 from detaudit.dynamic.compare.divergence import Divergence
+from detaudit.dynamic.verdict.tolerance import Tolerance
 from detaudit.findings import Finding, Severity
 
 DETERMINISTIC = "deterministic"
 NONDETERMINISTIC = "nondeterministic"
 LATENT = "latent"
+# against a reference
+IDENTICAL = "identical"
+WITHIN_TOLERANCE = "within-tolerance"
+DRIFT = "drift"
 
 # what a root cause's difference did (RootCause.effect)
 FINAL_STATE = "final-state"  # reached a differing tensor of the final state
@@ -52,6 +66,7 @@ class RootCause:
     pairs: int  # pairs compared
     first_step: int
     max_abs_diff: float | None = None  # of the tensor it produced (or that entered); None if not measured
+    max_ulp: int | None = None  # of the same tensors, in units in the last place (floating point; else 0)
     hint: str = ""
     other_side: OtherSide | None = None  # control flow: what the other run did; RNG: where the state changed
     effect: str = FINAL_STATE  # FINAL_STATE or LATENT
@@ -117,20 +132,33 @@ class RunReport:
     # fingerprint keys whose values differ between the runs -> the value of each run
     environment_differences: dict[str, list] = field(default_factory=dict)
     ranks: int = 0  # distributed runs: the ranks each run had on this node (0: one process)
+    # against a reference: what it is (``reference.folder.Reference.summary``), and the tolerance asked for
+    reference: dict | None = None
+    tolerance: Tolerance | None = None
 
     @property
     def verdict(self) -> str:
-        if self.tensors or any(not cause.latent for cause in self.root_causes):
+        differs = bool(self.tensors) or any(not cause.latent for cause in self.root_causes)
+        if self.reference is not None:
+            if not differs and not (self.strict and self.root_causes):
+                return IDENTICAL
+            within = self.tolerance is not None and all(self.tolerance.allows(diff) for diff in self.tensors)
+            return WITHIN_TOLERANCE if within else DRIFT
+        if differs:
             return NONDETERMINISTIC
         return LATENT if self.root_causes else DETERMINISTIC
 
     @property
     def deterministic(self) -> bool:
-        return self.verdict == DETERMINISTIC
+        """No difference at all that anything read (against a reference: bitwise its result)."""
+        return self.verdict in (DETERMINISTIC, IDENTICAL)
 
     @property
     def passed(self) -> bool:
-        """Whether the gate passes: deterministic, or latent without ``strict``."""
+        """Whether the gate passes: deterministic, or latent without ``strict``;
+        against a reference, identical or within the tolerance."""
+        if self.reference is not None:
+            return self.verdict != DRIFT
         return self.deterministic or (self.verdict == LATENT and not self.strict)
 
     @property
@@ -157,6 +185,8 @@ class RunReport:
             "exit_code": self.exit_code,
             "environment_differences": self.environment_differences,
             **({"ranks": self.ranks} if self.ranks else {}),
+            **({"reference": self.reference, "tolerance": str(self.tolerance) if self.tolerance else None}
+               if self.reference is not None else {}),
         }
 
     def _steps_text(self) -> str:
@@ -177,6 +207,8 @@ class RunReport:
         return f" with {self.variation['vary']} " + ", ".join(map(_shown, values))
 
     def verdict_line(self) -> str:
+        if self.reference is not None:
+            return self._against_line()
         on_ranks = f" on {self.ranks} ranks" if self.ranks else ""
         runs = f"{self.repeats} runs of {self.target}{on_ranks}{self._steps_text()}{self._settings_text()}"
         if self.deterministic:
@@ -196,6 +228,29 @@ class RunReport:
             f"{self.propagated_ops} ops differ downstream, {len(self.tensors)} final tensors differ"
         )
 
+    def _against_line(self) -> str:
+        """The verdict against a reference (``repeats`` counts the reference as run 1)."""
+        runs = self.repeats - 1
+        what = f"{runs} run{'s' if runs != 1 else ''} of {self.target}{self._steps_text()}"
+        saved = f"the reference in {self.reference['folder']}" + (
+            f" (saved {self.reference['created']})" if self.reference.get("created") else ""
+        )
+        if self.verdict == IDENTICAL:
+            return f"identical: {what} matched {saved} bit for bit ({self.traced_ops} ops traced)"
+        roots = len(self.root_causes)
+        worst = max((diff["max_ulp"] for diff in self.tensors), default=0)
+        spread = (
+            f"{len(self.tensors)} final tensor{'s' if len(self.tensors) != 1 else ''} differ (max {worst} ULP)"
+            if self.tensors else "the final states are bitwise equal"
+        )
+        if self.verdict == WITHIN_TOLERANCE:
+            return f"within-tolerance: {what} departed from {saved}, {spread}, within --tolerance {self.tolerance}"
+        return (
+            f"drift: {what} departed from {saved}; {roots} drift root{'s' if roots != 1 else ''}, "
+            f"{self.propagated_ops} ops differ downstream, {spread}"
+            + (f", over --tolerance {self.tolerance}" if self.tolerance is not None else "")
+        )
+
     # -- output formats ----------------------------------------------------
     def findings(self) -> list[Finding]:
         findings = []
@@ -205,8 +260,8 @@ class RunReport:
                 Finding(
                     code=kind.code,
                     name=kind.name,
-                    # a latent cause fails nothing unless --strict: it is a warning
-                    severity=min(kind.severity, Severity.WARNING) if cause.latent and not self.strict else kind.severity,
+                    # a latent cause fails nothing unless --strict, nor a drift within --tolerance: a warning
+                    severity=min(kind.severity, Severity.WARNING) if self._passes_anyway(cause) else kind.severity,
                     message=cause.message(),
                     path=cause.path or self.target,
                     line=cause.line,
@@ -224,6 +279,10 @@ class RunReport:
                 )
             )
         return findings
+
+    def _passes_anyway(self, cause: RootCause) -> bool:
+        """Whether a cause is there but fails no gate: latent without ``strict``, or a drift within the tolerance."""
+        return (cause.latent and not self.strict) or (self.reference is not None and self.passed)
 
     def render(self, console) -> None:
         """Write the report to a rich console.  Nothing in it is markup: tensor
@@ -251,16 +310,14 @@ class RunReport:
                     cause.module or "-",
                     cause.phase,
                     f"{cause.seen}/{cause.pairs} pairs",
-                    "-" if cause.max_abs_diff is None else f"{cause.max_abs_diff:.3g}",
+                    _deviation_text(cause, ulp=self.reference is not None),
                     str(cause.first_step),
                     "latent" if cause.latent else "final state",
                 ))
             console.print(table)
-            for cause in self.root_causes:
-                details = [cause.fix]
-                if cause.other_side is not None:
-                    details.insert(0, cause.other_side.describe())
-                console.print(f"  {cause.path}:{cause.line} {cause.op}: " + " ".join(details), highlight=False, markup=False)
+            for details, causes in _details_by_text(self.root_causes).items():
+                where = ", ".join(f"{cause.path}:{cause.line} {cause.op}" for cause in causes)
+                console.print(f"  {where}: {details}", highlight=False, markup=False)
         if self.tensors:
             table = Table(title="Differing tensors after the last step", title_justify="left")
             for column in ("tensor", "shape", "dtype", "max |diff|", "max rel", "max ULP", "elements differing"):
@@ -416,6 +473,23 @@ def flat_environment(environment: dict, prefix: str = "") -> str:
         elif value is not None:  # unset settings would only add noise
             parts.append(f"{prefix}{key}={value}")
     return ", ".join(part for part in parts if part)
+
+
+def _deviation_text(cause: RootCause, *, ulp: bool) -> str:
+    """The max |diff| cell: "1.2e-07", with its ULP against a reference ("1.2e-07 (3 ULP)")."""
+    if cause.max_abs_diff is None:
+        return "-"
+    return f"{cause.max_abs_diff:.3g}" + (f" ({cause.max_ulp} ULP)" if ulp and cause.max_ulp is not None else "")
+
+
+def _details_by_text(causes: list[RootCause]) -> dict[str, list[RootCause]]:
+    """Each cause's details (what the other run did, the fix), the causes that
+    share a text once: a drift's roots all say the same."""
+    grouped: dict[str, list[RootCause]] = {}
+    for cause in causes:
+        details = [cause.fix] if cause.other_side is None else [cause.other_side.describe(), cause.fix]
+        grouped.setdefault(" ".join(details), []).append(cause)
+    return grouped
 
 
 def _shown(value) -> str:
