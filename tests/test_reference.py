@@ -7,9 +7,9 @@ reported is one that is there."""
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
+import re
 import subprocess
 import sys
 from contextlib import contextmanager
@@ -253,3 +253,49 @@ def test_audit_saves_and_compares_in_process(tmp_path):
     assert first.max_ulp >= 1 and first.path.endswith("layernorm_step.py")
     assert any("torch.backends.cpu.get_cpu_capability: DEFAULT (reference) against" in note for note in report.notes)
     assert detaudit.audit(layernorm_step, reference=str(elsewhere), tolerance="1000000000ulp").verdict == "within-tolerance"
+
+
+# -- --repro DIR: the root cause's op alone, in a fresh process ------------------------------------
+def _repro(script: Path, *options, capability: str | None = None) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k != "ATEN_CPU_CAPABILITY"}
+    if capability is not None:
+        env["ATEN_CPU_CAPABILITY"] = capability
+    return subprocess.run([sys.executable, str(script), *options], capture_output=True, text=True, env=env, cwd="/")
+
+
+def test_a_race_repro_shows_the_outputs_differ(capsys, tmp_path):
+    fixture = ROOT / "fixtures" / "dynamic" / "index_put_backward.py"
+    code, out, err = _detaudit(capsys, fixture, "--repeats", "2", "--repro", tmp_path / "repro")
+    assert code == 1 and f"a repro of aten.index_put.default at fixtures/dynamic/index_put_backward.py:17 is in {tmp_path / 'repro'}" in out
+    assert "capture rerun of run 1" in err  # the call is captured by one rerun
+    done = _repro(tmp_path / "repro" / "repro.py", "--times", "100")
+    # the race (two threads adding duplicates in another order) shows in the op alone
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "aten.index_put.default on cpu" in done.stdout and "calls gave other bits than the first" in done.stdout
+
+
+@needs_vector_capability
+def test_a_drift_repro_gives_each_environment_its_own_digest(capsys, references, tmp_path):
+    args = CASES["layernorm"][0]
+    code, report = _against(capsys, references["layernorm"], args, "--repro", tmp_path / "repro")
+    assert code == 1 and any("a repro of aten.native_layer_norm.default" in note for note in report["notes"])
+    script = tmp_path / "repro" / "repro.py"
+    here, there = _repro(script), _repro(script, capability=REFERENCE_CAPABILITY)
+    assert here.returncode == there.returncode == 0
+
+    def digests(output: str) -> dict:
+        return {line.split(":")[0].strip(): re.search(r"[0-9a-f]{64}", line).group() for line in output.splitlines()
+                if re.search(r"[0-9a-f]{64}", line)}
+
+    mine, reference_side = digests(here.stdout), digests(there.stdout)
+    assert mine["output digest here"] != reference_side["output digest here"]
+    assert reference_side["output digest here"] == mine["the reference's"] == reference_side["the reference's"]
+    assert mine["output digest here"] == mine["the drifted run's"]
+    assert "(same as here)" in there.stdout.split("the reference's")[1].splitlines()[0]
+
+
+def test_no_repro_without_a_kernel_cause(capsys, tmp_path):
+    fixture = ROOT / "fixtures" / "dynamic" / "rng_reseed.py"
+    code, out, _ = _detaudit(capsys, fixture, "--repeats", "2", "--repro", tmp_path / "repro")
+    assert code == 1 and "--repro: no root cause that rerunning one op shows" in out
+    assert not (tmp_path / "repro").exists()

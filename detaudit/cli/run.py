@@ -96,6 +96,11 @@ def add_parser(subparsers) -> None:
         help="with --against: pass when every differing final tensor is within 4ulp (units in the last place) "
         "or a relative difference such as 1e-6",
     )
+    parser.add_argument(
+        "--repro", metavar="DIR",
+        help="write a standalone script to DIR that reruns the first root cause's op on the tensors it read "
+        "(torch only): N calls for a run-to-run cause, one with its output digest for a drift",
+    )
     add_distributed_arguments(parser)
     parser.set_defaults(handler=handle)
 
@@ -141,7 +146,7 @@ def handle(args: argparse.Namespace) -> int:
             option
             for option, given in (
                 ("--vary", args.vary), ("--remedy", args.remedy), ("--html", args.html), ("--jobs", args.jobs > 1),
-                ("--save-reference", args.save_reference), ("--against", args.against),
+                ("--save-reference", args.save_reference), ("--against", args.against), ("--repro", args.repro),
             )
             if given
         ]
@@ -168,7 +173,7 @@ def handle(args: argparse.Namespace) -> int:
                 report = audit_script(
                     str(script), args.script_args, vary=args.vary, progress=progress, vary_options=vary_options,
                     jobs=args.jobs, save_reference=args.save_reference, against=args.against,
-                    tolerance=args.tolerance, **common,
+                    tolerance=args.tolerance, repro=args.repro, **common,
                 )
     except ReferenceFolderError as error:
         raise UsageError(str(error)) from None
@@ -218,6 +223,7 @@ def _reference_defaults(args: argparse.Namespace) -> None:
             ("--vary", args.vary, "--against", args.against),
             ("--remedy", args.remedy, "--against", args.against),
             ("--vary", args.vary, "--save-reference", args.save_reference),
+            ("--repro", args.repro, "--vary", args.vary),
         )
         if given and also
     ]

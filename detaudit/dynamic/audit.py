@@ -52,7 +52,12 @@ def _run_traced(
     if keep is not None:
         from detaudit.dynamic.record.online_capture import OnlineCapture
 
-        kept = tracer.observer = OnlineCapture(tracer, None if keep == "first-steps" else keep)
+        from detaudit.dynamic.reference.folder import FIRST_STEPS_BYTES
+
+        if keep == "first-steps":  # a reference's, committed: as little as detaudit run --save-reference keeps
+            kept = tracer.observer = OnlineCapture(tracer, None, FIRST_STEPS_BYTES)
+        else:
+            kept = tracer.observer = OnlineCapture(tracer, keep)
     value = None
     try:
         with switches, tracer:
@@ -158,7 +163,7 @@ def _audit_against(step, folder: str, *, runs: int, seed, deterministic: bool, s
 
     from detaudit.dynamic.compare.classify import Trace
     from detaudit.dynamic.compare.state_diff import SavedState
-    from detaudit.dynamic.record.online_capture import select, select_kept
+    from detaudit.dynamic.record.online_capture import select_kept
     from detaudit.dynamic.reference import folder as reference_folder
     from detaudit.dynamic.reference.explain import against_notes
     from detaudit.dynamic.verdict.build import build_report
@@ -178,11 +183,10 @@ def _audit_against(step, folder: str, *, runs: int, seed, deterministic: bool, s
         reference_kept = torch.load(saved.first_steps_file, weights_only=True) if saved.first_steps_file else None
 
         def capture(other: int, records: list[int], sampled: list[int]) -> tuple[dict, dict]:
-            mine = select_kept(reference_kept, records, sampled) if reference_kept else {}
-            theirs = select(kept[other], records, sampled)
-            if theirs is None:
-                theirs = _run_traced(step, seed, deterministic, other + 1, records, setup, sampled)[2]
-            return mine, theirs
+            # what both kept (the reference cannot be rerun): runner._audit_against's rule
+            return (select_kept(reference_kept, records, sampled) if reference_kept else {}), select_kept(
+                kept[other], records, sampled
+            )
 
         environment = _environment()
         report = build_report(

@@ -73,6 +73,7 @@ def audit_script(
     save_reference: str | None = None,
     against: str | None = None,
     tolerance=None,  # a verdict.tolerance.Tolerance, with ``against``
+    repro: str | None = None,
 ):
     """Run ``script`` ``repeats`` times and report; ``strict``: a latent
     difference fails the gate too (see ``verdict/run_report.py``).  ``remedy_options``:
@@ -95,6 +96,7 @@ def audit_script(
         return _audit_against(
             script, script_args, against, runs=repeats, tolerance=tolerance, steps=steps, seed=seed,
             deterministic=deterministic, strict=strict, timeout=timeout, cwd=cwd, progress=progress, jobs=jobs,
+            repro=repro,
         )
     variation = VARIATIONS[vary] if vary else None
     if variation is not None and not variation.repeats_script:  # an audit of its own (batch)
@@ -121,15 +123,8 @@ def audit_script(
     progress = progress or NoProgress()
 
     def launch(repeat: int, options: LaunchOptions) -> ScriptResult:
-        label = _label(repeat, options)
-        progress.started(label)
-        started = time.monotonic()
-        result = run_script(script, script_args, options=options, timeout=timeout, cwd=cwd)
-        ok = not result.failed and result.wrote_results
-        progress.finished(label, _outcome(result, time.monotonic() - started, count_steps=not _captures(options)), ok=ok)
-        if not ok:
-            raise ScriptFailed(RunFailure.of(script, _which(repeat, options), result, repeats=repeats, steps=steps))
-        return result
+        return _launch(script, script_args, options, _label(repeat, options), _which(repeat, options), progress=progress,
+                       timeout=timeout, cwd=cwd, repeats=repeats, steps=steps)
 
     def launch_all(runs: list[tuple[int, LaunchOptions]], at_a_time: int) -> list[ScriptResult]:
         """The runs' results in the order given; their warnings in that order too."""
@@ -145,6 +140,10 @@ def audit_script(
         ]
         if measure or save_reference:  # run 1 keeps its first steps, in case a run compared with it differs there
             runs[0] = (0, runs[0][1].changing(Tracing, keep_first_steps=True))
+        if save_reference:  # what a reference keeps of them is committed: less
+            from detaudit.dynamic.reference.folder import FIRST_STEPS_BYTES
+
+            runs[0] = (0, runs[0][1].changing(Tracing, first_steps_bytes=FIRST_STEPS_BYTES))
         if jobs == 1 or _gpu_may_be_visible():
             results = launch_all(runs[:1], 1)
             if jobs > 1 and results[0].payload.get("environment", {}).get("torch.cuda.is_available"):
@@ -200,6 +199,17 @@ def audit_script(
             variation=variation,
             run_environments=[result.payload.get("environment", {}) for result in results],
         )
+        if repro:
+
+            def call_of(record: int) -> dict:
+                """Run 1's capture of ``record`` with its call, from a rerun of it."""
+                import torch
+
+                progress.add(1)
+                options = options_for(0, Path(workdir) / "repro").changing(Tracing, capture_ops=(record,), call_of=record)
+                return torch.load(launch_all([(0, options)], 1)[0].payload["capture_file"], weights_only=True)[record]
+
+            warnings.extend(_write_repro(repro, report, call_of))
     report.steps_run = [result.payload["steps"] for result in results]
     report.strict = strict
     if not any(report.steps_run):
@@ -211,6 +221,24 @@ def audit_script(
     if save_reference:
         report.notes.append(_saved_note(save_reference, manifest))
     return report
+
+
+def _write_repro(folder: str, report, call_of) -> list[str]:
+    """Write the repro of the report's first root cause that its op's kernel
+    explains into ``folder`` (``call_of(record)``: its capture with the call);
+    a note says where, a warning why none was written."""
+    from detaudit.dynamic.repro import repro_cause, write_repro
+
+    cause = repro_cause(report.root_causes)
+    if cause is None:
+        return ["--repro: no root cause that rerunning one op shows (a nondeterministic op or a drift): no repro written"]
+    captured = call_of(cause.record)
+    try:
+        script = write_repro(folder, cause, captured)
+    except ValueError as error:
+        return [f"--repro: {error}: no repro written"]
+    report.notes.append(f"a repro of {cause.op} at {cause.path}:{cause.line} is in {folder}: python {script}")
+    return []
 
 
 def _saved_note(folder: str, manifest: dict) -> str:
@@ -237,20 +265,22 @@ def _audit_against(
     cwd: str | None,
     progress,
     jobs: int,
+    repro: str | None = None,
 ):
     """``runs`` traced runs of ``script``, each compared with the reference
     in ``reference_folder`` as run 1 (``build_report(across_environments=True)``):
     an op whose inputs matched the reference's bitwise and whose outputs did
     not is a drift root.  Each run keeps, as it runs, the tensors of the
     records where it departs from the reference; the reference's come from
-    the first steps it kept (it cannot be rerun), so a drift root past them
-    is located, not measured."""
+    the first steps it kept.  Nothing is rerun (the reference cannot be): a
+    drift root past what both kept is located, not measured, and the audit
+    costs one traced run per run plus the comparison."""
     import torch
 
     from detaudit.dynamic.compare.classify import Trace
     from detaudit.dynamic.compare.state_diff import SavedState
     from detaudit.dynamic.record import native
-    from detaudit.dynamic.record.online_capture import select, select_kept
+    from detaudit.dynamic.record.online_capture import select_kept
     from detaudit.dynamic.reference import folder
     from detaudit.dynamic.reference.explain import against_notes
     from detaudit.dynamic.verdict.build import build_report
@@ -276,14 +306,9 @@ def _audit_against(
         def launch(run: int, options: LaunchOptions) -> ScriptResult:
             # the reference is run 1 in the report: run 2 is the first run against it
             label = f"capture rerun of run {run + 1}" if _captures(options) else f"run {run + 1} (against the reference)"
-            progress.started(label)
-            started = time.monotonic()
-            result = run_script(script, script_args, options=options, timeout=timeout, cwd=cwd)
-            ok = not result.failed and result.wrote_results
-            progress.finished(label, _outcome(result, time.monotonic() - started, count_steps=not _captures(options)), ok=ok)
-            if not ok:
-                which = f"the {label}" if _captures(options) else label
-                raise ScriptFailed(RunFailure.of(script, which, result, repeats=runs, steps=steps))
+            which = f"the {label}" if _captures(options) else label
+            result = _launch(script, script_args, options, label, which, progress=progress, timeout=timeout, cwd=cwd,
+                             repeats=runs, steps=steps)
             warnings.extend(f"{label} {warning}" for warning in result.warnings)
             return result
 
@@ -300,19 +325,11 @@ def _audit_against(
         reference_kept = torch.load(reference.first_steps_file, weights_only=True) if reference.first_steps_file else None
 
         def capture(other: int, records: list[int], sampled: list[int]) -> tuple[dict, dict]:
-            """The reference's tensors from what it kept; this run's from what it
-            kept as it ran, else from a rerun of it."""
+            """Each side's tensors from what it kept: a record either lacks is
+            not measured (the reference cannot be rerun, so neither is this run)."""
             mine = select_kept(reference_kept, records, sampled) if reference_kept else {}
-            path = results[other].payload.get("online_capture_file")
-            theirs = select(torch.load(path, weights_only=True), records, sampled) if path else None
-            if theirs is None:
-                progress.add(1)
-                rerun = options_for(other, Path(workdir) / f"capture{other}").changing(
-                    Tracing, capture_ops=tuple(records), sampled_ops=tuple(sampled)
-                )
-                path = launch(other, rerun).payload.get("capture_file")
-                theirs = torch.load(path, weights_only=True) if path else {}
-            return mine, theirs
+            path = results[other].payload["online_capture_file"]
+            return mine, select_kept(torch.load(path, weights_only=True), records, sampled)
 
         report = build_report(
             script,
@@ -324,6 +341,17 @@ def _audit_against(
             run_environments=[reference.environment] + [r.payload.get("environment", {}) for r in results[1:]],
             across_environments=True,
         )
+        if repro:
+
+            def call_of(record: int) -> dict:
+                """This run's capture of ``record`` with its call (a rerun), and the reference's outputs there."""
+                progress.add(1)
+                options = options_for(1, Path(workdir) / "repro").changing(Tracing, capture_ops=(record,), call_of=record)
+                captured = torch.load(launch(1, options).payload["capture_file"], weights_only=True)[record]
+                kept = (reference_kept or {}).get("full", {}).get(record)
+                return {**captured, "reference_outputs": kept["outputs"] if kept else None}
+
+            warnings.extend(_write_repro(repro, report, call_of))
     report.reference = reference.summary()
     report.tolerance = tolerance
     report.strict = strict
@@ -332,6 +360,19 @@ def _audit_against(
     warnings.extend(_compile_warnings(results[1].payload))
     report.warnings = warnings
     return report
+
+
+def _launch(script, script_args, options: LaunchOptions, label: str, which: str, *, progress, timeout, cwd, repeats: int,
+            steps: int) -> ScriptResult:
+    """One run of the script, reported to ``progress`` as ``label``; ``ScriptFailed`` naming it as ``which``."""
+    progress.started(label)
+    started = time.monotonic()
+    result = run_script(script, script_args, options=options, timeout=timeout, cwd=cwd)
+    ok = not result.failed and result.wrote_results
+    progress.finished(label, _outcome(result, time.monotonic() - started, count_steps=not _captures(options)), ok=ok)
+    if not ok:
+        raise ScriptFailed(RunFailure.of(script, which, result, repeats=repeats, steps=steps))
+    return result
 
 
 def _environment(payload: dict) -> dict:

@@ -31,12 +31,15 @@ class Tracing(ChildFeature):
     # the reference run's trace.json, compared with op by op, keeping the tensors of the ops that differ
     compare_with: str | None = None
     keep_first_steps: bool = False  # keep the tensors of the first steps' ops, for compare_with runs to need
+    call_of: int | None = None  # of capture_ops: also keep how its op was called (op_call.py: a repro's)
+    first_steps_bytes: int | None = None  # with keep_first_steps: at most this much (default online_capture's)
 
     def prepare(self, session) -> None:
         from detaudit.dynamic.record.tracer import OpTracer
 
         tracer = session.tracer = OpTracer(
-            capture_ops=self.capture_ops, sampled_ops=self.sampled_ops, allocation_fill=self.allocation_fill
+            capture_ops=self.capture_ops, sampled_ops=self.sampled_ops, allocation_fill=self.allocation_fill,
+            call_of=self.call_of,
         )
         tracer.attach(session.watcher)
         tracer.stream_to(session.output_dir / "trace.json")  # a long run holds its last step's records, not all
@@ -44,7 +47,7 @@ class Tracing(ChildFeature):
         if self.compare_with or self.keep_first_steps:
             from detaudit.dynamic.record.online_capture import OnlineCapture
 
-            self.online_capture = tracer.observer = OnlineCapture(tracer, self.compare_with)
+            self.online_capture = tracer.observer = OnlineCapture(tracer, self.compare_with, self.first_steps_bytes)
 
     def after_step(self, session) -> None:
         session.tracer.write_settled()

@@ -84,7 +84,7 @@ class OnlineCapture:
     """The tracer's observer in a repeat compared with ``reference`` (a
     trace.json); in run 1 (``reference=None``), keeping its first steps."""
 
-    def __init__(self, tracer, reference: str | Path | None):
+    def __init__(self, tracer, reference: str | Path | None, budget: int | None = None):
         self.compares = reference is not None  # a repeat; run 1 keeps its first steps
         # the reference's records, read a line of the file at a time as the run
         # reaches them (iter_trace_rows), and dropped once decided: a long run
@@ -93,7 +93,8 @@ class OnlineCapture:
         self._reference_digests = read_trace_tail(reference)["digests"] if self.compares else []
         self._reference: dict[int, tuple] = {}  # record -> what the comparison aligns and compares, digests as values
         self._reference_read = 0  # records read from the reference
-        self._budget = KEPT_BYTES if self.compares else FIRST_STEPS_BYTES
+        # bytes kept at most (a reference folder keeps less of its first steps than run 1 does)
+        self._budget = budget if budget is not None else KEPT_BYTES if self.compares else FIRST_STEPS_BYTES
         self.tracer = tracer
         self.full: dict[int, dict] = {}  # record -> full_capture
         self.sampled: dict[int, dict] = {}  # record -> sampled_capture

@@ -85,6 +85,7 @@ from detaudit.dynamic.record.digests import (
     sampled_capture,
 )
 from detaudit.dynamic.record.dynamo import never_compiled, skips_dynamo_per_call
+from detaudit.dynamic.record.op_call import op_call
 from detaudit.dynamic.record.op_info import OpInfo, mark_unread
 from detaudit.dynamic.record.outside_dispatch import OutsideDispatch
 from detaudit.dynamic.record.storage_tables import MIN_FORGET_AT, StorageTables, version_of
@@ -274,7 +275,7 @@ class OpTracer:
     # replaced: the compiled recorder holds them from the start.
     def __init__(
         self, capture_ops=(), sampled_ops=(), device_digests: bool = False, allocation_fill: int | None = None,
-        compiled: bool = True,
+        compiled: bool = True, call_of: int | None = None,
     ):
         self._host_digests = not device_digests  # CPU tensors get host_digest()
         self.records: list[tuple] = []  # OpRecord fields as plain tuples (see record()); None once written
@@ -303,6 +304,7 @@ class OpTracer:
         self.compile_calls: dict[tuple, None] = {}  # (call, file, line) of torch.compile calls, in order, once each
         self._outside_dispatch = OutsideDispatch(self)  # RNG setters, receivers, Python reads
         self.capture_ops = set(capture_ops)
+        self.call_of = call_of  # of capture_ops: also keep how this record's op was called (op_call)
         self.sampled_ops = set(sampled_ops)  # of capture_ops: keep only a sample of the outputs (output_sample)
         self.final: dict[str, int] = {}  # final-state tensor name -> digest id (note_final_state)
         # what allocation ops' memory is filled with (a number per run), so a
@@ -650,6 +652,10 @@ class OpTracer:
         sample = capture and record_index in self.sampled_ops
         if capture and not sample:
             captured_inputs = [v.detach().to("cpu", copy=True) for v in flat_args if isinstance(v, torch.Tensor)]
+            if record_index == self.call_of:  # a repro's op: how it was called, and the generator it drew from
+                with self.untraced():
+                    rng_state = torch.get_rng_state() if info.is_seeded else None
+                    call = op_call(info.name, args, kwargs, rng_state)
         if self.observer is not None:
             self.observer.before_op(record_index, flat_args, inputs, leaves)
 
@@ -718,6 +724,8 @@ class OpTracer:
                 self.captured[record_index] = sampled_capture(out_tensors)
             else:
                 self.captured[record_index] = full_capture(captured_inputs, out_tensors, flat_result)
+                if record_index == self.call_of:
+                    self.captured[record_index]["call"] = call
             if len(self.captured) == len(self.capture_ops):
                 raise StopRun()  # everything asked for is captured: the rest of the run is not needed
         if len(self._staged) >= _STAGE_LIMIT:

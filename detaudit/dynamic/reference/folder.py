@@ -7,7 +7,8 @@ A plain folder, meant to be committed or kept as a CI artifact::
                            and each file's size
     trace.json.gz          the op trace (ops, digests, lines, modules, phases)
     first_steps.pt.gz      the tensors of the first steps' ops, as run 1 of an audit
-                           keeps them (``record/online_capture.py``, bounded)
+                           keeps them (``record/online_capture.py``), up to
+                           ``FIRST_STEPS_BYTES``
     state.pt.gz            the final state's tensors (to measure a drift's size)
 
 ``save`` writes it from a finished traced run (into a sibling folder, then
@@ -28,6 +29,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 FORMAT = 1
+# what the reference keeps of its first steps' tensors, before compression: enough for the first
+# ops to depart (a drift at initialisation, the first forward), small enough to commit
+FIRST_STEPS_BYTES = 16 << 20
 MANIFEST = "manifest.json"
 # payload key of a traced run -> the file it is kept as
 _KEPT_FILES = {"trace_file": "trace.json.gz", "online_capture_file": "first_steps.pt.gz", "state_file": "state.pt.gz"}

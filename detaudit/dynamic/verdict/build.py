@@ -131,6 +131,7 @@ def build_report(
                 hint=op_hint(site.op) if kind is NONDETERMINISTIC_OP else "",
                 other_side=entry.cause.other_side,
                 effect=FINAL_STATE if entry.reaches_final else LATENT,
+                record=entry.cause.capture_record,
             )
         )
     causes = _one_cause_per_rng_state(causes)

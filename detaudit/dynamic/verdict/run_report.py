@@ -71,6 +71,8 @@ class RootCause:
     other_side: OtherSide | None = None  # control flow: what the other run did; RNG: where the state changed
     effect: str = FINAL_STATE  # FINAL_STATE or LATENT
     ranks: list[int] = field(default_factory=list)  # distributed runs: the ranks it was found on
+    # the record of run 1's trace whose tensors show it (-1: none; what --repro reruns)
+    record: int = field(default=-1, repr=False)
 
     @property
     def code(self) -> str:
@@ -89,6 +91,7 @@ class RootCause:
         data = asdict(self)
         data["code"] = self.code
         data["hint"] = self.fix  # what the text and the findings say too
+        data.pop("record")  # an index into a trace the report does not carry
         if not self.ranks:
             data.pop("ranks")
         if self.other_side is None:
