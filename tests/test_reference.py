@@ -144,6 +144,28 @@ def test_a_drift_names_its_root_and_the_environment_difference(capsys, reference
 
 
 @needs_vector_capability
+def test_op_sequences_that_part_are_realigned_and_compared_past(capsys, tmp_path):
+    """The path taken depends on the environment (LayerNorm with vector instructions, op by op without):
+    the stretches each side ran alone are one control-flow cause where they start, and the comparison goes on
+    past them to the drift root after the paths join (the noise's torch.randn)."""
+    args = ["--init", "numpy", "--model", "capability-path"]
+    with _capability(REFERENCE_CAPABILITY):
+        assert main(["run", str(FIXTURE), "--repeats", "2", "--save-reference", str(tmp_path / "ref"), "--", *args]) == 0
+    capsys.readouterr()
+    code, report = _against(capsys, tmp_path / "ref", args)
+    assert code == 1 and report["verdict"] == "drift"
+    forward, backward, drift = report["root_causes"]
+    assert (forward["kind"], forward["op"], forward["line"], forward["phase"]) == (
+        "control-flow", "aten.mean.dim", _line_of("hidden.mean(-1"), "forward"
+    )
+    assert "only in the other run (aten.native_layer_norm.default at" in forward["other_side"]["note"]
+    assert forward["other_side"]["other_only_count"] == 1 and forward["other_side"]["reference_only_count"] > 1
+    assert backward["kind"] == "control-flow" and backward["phase"] == "backward"
+    assert "aten.native_layer_norm_backward.default" in backward["other_side"]["note"]
+    assert (drift["kind"], drift["op"], drift["line"]) == ("environment-drift", "aten.randn.default", _line_of("torch.randn(hidden.shape)"))
+
+
+@needs_vector_capability
 def test_a_tolerance_decides_between_within_and_drift(capsys, references):
     args = CASES["layernorm"][0]
     code, report = _against(capsys, references["layernorm"], args, "--tolerance", "1000000000ulp")
@@ -299,3 +321,13 @@ def test_no_repro_without_a_kernel_cause(capsys, tmp_path):
     code, out, _ = _detaudit(capsys, fixture, "--repeats", "2", "--repro", tmp_path / "repro")
     assert code == 1 and "--repro: no root cause that rerunning one op shows" in out
     assert not (tmp_path / "repro").exists()
+
+
+@needs_vector_capability
+def test_the_html_report_shows_a_drift(capsys, references, tmp_path):
+    page = tmp_path / "drift.html"
+    code, report = _against(capsys, references["layernorm"], CASES["layernorm"][0], "--html", page)
+    html = page.read_text()
+    assert code == 1 and 'class="verdict drift"' in html
+    assert "environment-drift" in html and "aten.native_layer_norm.default" in html
+    assert [step["step"] for step in report["growth"]] == [1, 2] and report["growth"][0]["differing_ops"] > 0

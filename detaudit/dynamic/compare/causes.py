@@ -11,7 +11,7 @@ a new kind is an entry here plus the rule in the classifier that reports it.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Sequence, Union
+from typing import ClassVar, Sequence, Union
 
 from detaudit.findings import Severity
 
@@ -283,6 +283,40 @@ class ExtraOps:
 
 
 @dataclass(frozen=True)
+class OneSidedOps:
+    """Control flow between two environments, realigned: a stretch of ops that
+    one side ran and the other did not (another decomposition, another path)."""
+
+    reference: tuple[str, ...]  # "aten.var_mean.correction at train.py:12", the first few of run 1's
+    reference_count: int
+    other: tuple[str, ...]  # the same of the other run's
+    other_count: int
+
+    SHOWN: ClassVar[int] = 3
+
+    @classmethod
+    def of(cls, reference_ops, other_ops) -> "OneSidedOps":
+        def named(ops):
+            return tuple(f"{op.op} at {op.path}:{op.line}" for op in ops[: cls.SHOWN])
+
+        return cls(named(reference_ops), len(reference_ops), named(other_ops), len(other_ops))
+
+    def describe(self) -> str:
+        def side(names, count):
+            return "none" if not count else ", ".join(names) + (f" and {count - len(names)} more" if count > len(names) else "")
+
+        return (
+            f"the op sequences part here and realign after: {self.reference_count} op(s) only in run 1 "
+            f"({side(self.reference, self.reference_count)}), {self.other_count} only in the other run "
+            f"({side(self.other, self.other_count)})"
+        )
+
+    def to_dict(self) -> dict:
+        return {"note": self.describe(), "reference_only": list(self.reference), "reference_only_count": self.reference_count,
+                "other_only": list(self.other), "other_only_count": self.other_count}
+
+
+@dataclass(frozen=True)
 class RngStateChange:
     """An RNG cause: the last call before it that left the generators in a different state."""
 
@@ -335,4 +369,4 @@ class RankNote:
         return {"note": self.note}
 
 
-OtherSide = Union[OtherRunOp, ExtraOps, RngStateChange, UnseededGenerator, RankNote]
+OtherSide = Union[OtherRunOp, ExtraOps, OneSidedOps, RngStateChange, UnseededGenerator, RankNote]

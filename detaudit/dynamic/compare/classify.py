@@ -42,6 +42,7 @@ when the tracer saw one.
 
 from __future__ import annotations
 
+import difflib
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
@@ -55,6 +56,7 @@ from detaudit.dynamic.compare.causes import (
     UNINITIALIZED_MEMORY,
     CauseKind,
     ExtraOps,
+    OneSidedOps,
     OtherRunOp,
     OtherSide,
     RngStateChange,
@@ -95,6 +97,7 @@ class CauseAt:
     capture_outputs: tuple[bool, ...] | None = None
     other_side: OtherSide | None = None  # control flow: what the other run did; RNG: where the state changed
     read: bool = False  # something read its difference (else it is scratch, never reported)
+    other_record: int = -1  # the other run's record aligned with capture_record (the same index unless realigned)
     reaches_final: bool = False  # its difference reached a differing tensor of the final state
 
     def site(self, trace: Trace) -> Site:
@@ -157,7 +160,15 @@ class _Taint:
                 self.causes[index].reaches_final = True
 
 
-def compare_traces(a: Trace, b: Trace) -> PairComparison:
+def compare_traces(a: Trace, b: Trace, *, realign: bool = False) -> PairComparison:
+    """Compare trace ``b`` with trace ``a`` record by record.  ``realign``:
+    where the op sequences part, align the rest by op, module and shapes
+    (``aligned_pairs``) and go on comparing past the ops one side ran alone,
+    named as one control-flow cause where they start: for runs in two
+    environments, where another torch decomposes an op differently or
+    another device takes another path.  Without it the comparison ends at
+    the first mismatch: within one environment the rest is another program
+    path."""
     taint = _Taint()
     propagated = 0
     differing_records: set[int] = set()
@@ -165,9 +176,13 @@ def compare_traces(a: Trace, b: Trace) -> PairComparison:
     # where the final state is digested, a moved difference counts once it reaches it; without,
     # moving it is all that is known of its use
     final_known = bool(a.final) and bool(b.final)
-    for index in range(aligned):
-        ra, rb = a.ops[index], b.ops[index]
-        if ra.op != rb.op or ra.out_meta != rb.out_meta or len(ra.inputs) != len(rb.inputs):
+    pairs = aligned_pairs(a, b) if realign else ((index, index) for index in range(aligned))
+    for index, other_index in pairs:
+        if other_index is None:  # a stretch of ops one side ran alone (OneSidedOps), realigned after it
+            propagated += _add_cause(taint, index)
+            continue
+        ra, rb = a.ops[index], b.ops[other_index]
+        if not realign and _key(ra) != _key(rb):
             propagated += _add_cause(taint, _control_flow(index, ra, rb))
             return _result(a, b, taint, propagated, index, differing_records)
         inputs_differ = _differs(a, b, ra.inputs, rb.inputs)
@@ -179,6 +194,8 @@ def compare_traces(a: Trace, b: Trace) -> PairComparison:
         if not (final_known and moves_data(ra.op)):
             taint.mark_read(upstream)
         cause = _classify(a, b, ra, index, inputs_differ, bool(outputs_differ), args_differ, differing_records)
+        if cause is not None:
+            cause.other_record = other_index
         differing_records.add(index)
         if cause is not None and cause.kind in _ENTER_FROM_PYTHON and taint.python_read:
             cause, upstream = None, upstream | taint.python_read  # Python computed it from a value that differed
@@ -193,6 +210,8 @@ def compare_traces(a: Trace, b: Trace) -> PairComparison:
             taint.of_record[index] = upstream
             if any(is_python_value(meta) for meta in ra.out_meta):
                 taint.python_read |= upstream
+    if realign:
+        return _result(a, b, taint, propagated, len(a.ops), differing_records)
     if len(a.ops) != len(b.ops):
         longer = b if len(b.ops) > len(a.ops) else a
         extra = longer.ops[aligned]
@@ -207,6 +226,35 @@ def compare_traces(a: Trace, b: Trace) -> PairComparison:
             ),
         )
     return _result(a, b, taint, propagated, aligned, differing_records)
+
+
+def _key(record: OpRecord) -> tuple:
+    """What two records must share to be the same op of the program: op, output shapes, inputs, module."""
+    return record.op, tuple(record.out_meta), len(record.inputs), record.module
+
+
+def aligned_pairs(a: Trace, b: Trace):
+    """(index in ``a``, index in ``b``) of the records that line up, in order:
+    positionally while the keys agree, then by an LCS alignment of the keys
+    (difflib's) over the rest.  Each stretch that one side ran alone is one
+    ``(CauseAt, None)`` item, a control-flow cause at its start naming both
+    sides' ops (``OneSidedOps``)."""
+    keys_a, keys_b = [_key(r) for r in a.ops], [_key(r) for r in b.ops]
+    common = 0
+    while common < min(len(keys_a), len(keys_b)) and keys_a[common] == keys_b[common]:
+        yield common, common
+        common += 1
+    matcher = difflib.SequenceMatcher(None, keys_a[common:], keys_b[common:], autojunk=False)
+    for tag, i1, i2, j1, j2 in matcher.get_opcodes():
+        i1, i2, j1, j2 = i1 + common, i2 + common, j1 + common, j2 + common
+        if tag == "equal":
+            yield from zip(range(i1, i2), range(j1, j2))
+            continue
+        at = i1 if i1 < len(a.ops) else max(len(a.ops) - 1, 0)
+        yield CauseAt(
+            CONTROL_FLOW, record=at, capture_record=-1, capture_side="",
+            other_side=OneSidedOps.of(a.ops[i1:i2], b.ops[j1:j2]),
+        ), None
 
 
 def _add_cause(taint: _Taint, control_flow: CauseAt) -> int:
@@ -252,7 +300,7 @@ def _note_outputs_read(a: Trace, b: Trace, causes: list[CauseAt]) -> None:
     read = {ref for record in a.ops for ref in record.inputs}
     read.update(a.final.values())
     for cause in shown_by_outputs:
-        mine, theirs = a.ops[cause.capture_record].outputs, b.ops[cause.capture_record].outputs
+        mine, theirs = a.ops[cause.capture_record].outputs, b.ops[cause.other_record].outputs
         shown = tuple(x in read and a.value(x) != b.value(y) for x, y in zip(mine, theirs))
         cause.capture_outputs = shown if any(shown) else None
 

@@ -176,3 +176,24 @@ def _phase_spans(trace: Trace, start: int, end: int) -> list[PhaseSpan]:
         else:
             spans.append(PhaseSpan(phase, record.step, index, index + 1))
     return spans
+
+
+def growth_by_step(trace: Trace, comparison: PairComparison, divergence: Divergence | None) -> list[dict]:
+    """Per optimizer step of run 0's trace: its ops, how many differed, and the
+    largest max |diff| measured among them (the divergence chart's records;
+    None where none was measured): how far a difference spread, step by step."""
+    ops: dict[int, int] = {}
+    for record in trace.ops:
+        ops[record.step] = ops.get(record.step, 0) + 1
+    differing: dict[int, int] = {}
+    for index in comparison.differing:
+        step = trace.ops[index].step
+        differing[step] = differing.get(step, 0) + 1
+    measured: dict[int, float] = {}
+    for point in divergence.points if divergence else ():
+        if point.max_abs_diff is not None:
+            measured[point.step] = max(measured.get(point.step, 0.0), point.max_abs_diff)
+    return [
+        {"step": step, "ops": count, "differing_ops": differing.get(step, 0), "max_abs_diff": measured.get(step)}
+        for step, count in sorted(ops.items())
+    ]

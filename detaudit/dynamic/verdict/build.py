@@ -26,7 +26,7 @@ from typing import Callable
 from detaudit.dynamic.compare.causes import DRIFTING_KINDS, ENVIRONMENT_DRIFT, NONDETERMINISTIC_OP, RNG, UnseededGenerator
 from detaudit.knowledge.apis import RNG_STATE_RESTORERS
 from detaudit.dynamic.compare.classify import CauseAt, PairComparison, Site, Trace, compare_traces, first_step
-from detaudit.dynamic.compare.divergence import ROOT, Divergence, divergence_of, root_causes_by_record
+from detaudit.dynamic.compare.divergence import ROOT, Divergence, divergence_of, growth_by_step, root_causes_by_record
 from detaudit.dynamic.compare.state_diff import SavedState, TensorDiff, compare_saved_states, tensor_diff
 from detaudit.dynamic.variations import Variation
 from detaudit.dynamic.verdict.run_report import FINAL_STATE, LATENT, RootCause, RunReport
@@ -81,7 +81,8 @@ def build_report(
     diverged: tuple[int, PairComparison] | None = None  # the first pair that differed: the chart's
     for other in range(1, len(traces)):
         varied = bool(variation) and settings[other] != settings[0]
-        pair = compare_traces(traces[0], traces[other])
+        # between environments the op sequences may part (another decomposition) and realign
+        pair = compare_traces(traces[0], traces[other], realign=across_environments)
         if pair.causes and diverged is None:
             diverged = (other, pair)
         propagated = max(propagated, pair.propagated)
@@ -136,6 +137,8 @@ def build_report(
         )
     causes = _one_cause_per_rng_state(causes)
     causes.sort(key=lambda c: (c.first_step, c.path, c.line))
+    # against a reference: how far the drift spread, step by step (the first pair's)
+    growth = growth_by_step(traces[0], diverged[1], divergence) if across_environments and diverged else []
     notes = []
     if worst_tensors and not causes:
         notes.append("final tensors differ but no traced op did: the difference comes from outside the trace")
@@ -152,6 +155,7 @@ def build_report(
         notes=notes,
         divergence=divergence,
         environment_differences=environment_differences(run_environments or []),
+        growth=growth,
     )
 
 

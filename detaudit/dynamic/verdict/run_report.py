@@ -138,6 +138,8 @@ class RunReport:
     # against a reference: what it is (``reference.folder.Reference.summary``), and the tolerance asked for
     reference: dict | None = None
     tolerance: Tolerance | None = None
+    # against a reference: per step {step, ops, differing_ops, max_abs_diff (None: not measured)}
+    growth: list[dict] = field(default_factory=list)
 
     @property
     def verdict(self) -> str:
@@ -188,8 +190,8 @@ class RunReport:
             "exit_code": self.exit_code,
             "environment_differences": self.environment_differences,
             **({"ranks": self.ranks} if self.ranks else {}),
-            **({"reference": self.reference, "tolerance": str(self.tolerance) if self.tolerance else None}
-               if self.reference is not None else {}),
+            **({"reference": self.reference, "tolerance": str(self.tolerance) if self.tolerance else None,
+                "growth": self.growth} if self.reference is not None else {}),
         }
 
     def _steps_text(self) -> str:
@@ -321,6 +323,14 @@ class RunReport:
             for details, causes in _details_by_text(self.root_causes).items():
                 where = ", ".join(f"{cause.path}:{cause.line} {cause.op}" for cause in causes)
                 console.print(f"  {where}: {details}", highlight=False, markup=False)
+        if self.growth:
+            table = Table(title="How the drift spread, step by step", title_justify="left")
+            for column in ("step", "ops", "ops differing", "max |diff| measured"):
+                table.add_column(column)
+            for step in self.growth:
+                shown = "-" if step["max_abs_diff"] is None else f"{step['max_abs_diff']:.3g}"
+                table.add_row(*row(str(step["step"]), str(step["ops"]), f"{step['differing_ops']} ({step['differing_ops'] / max(step['ops'], 1):.0%})", shown))
+            console.print(table)
         if self.tensors:
             table = Table(title="Differing tensors after the last step", title_justify="left")
             for column in ("tensor", "shape", "dtype", "max |diff|", "max rel", "max ULP", "elements differing"):
