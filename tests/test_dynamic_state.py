@@ -24,6 +24,31 @@ def test_tensor_diff_measures_abs_rel_ulp_and_fraction():
     assert tensor_diff("x", a, a.clone()) is None
 
 
+def test_another_precision_is_compared_rounded_to_the_narrower_dtype():
+    wide = torch.tensor([1.0, 1.0 + 2.0**-30, 3.0], dtype=torch.float64)  # 1 + 2^-30 rounds to 1.0 in float32
+    narrow = torch.tensor([1.0, 1.0, 3.0 + 2.0**-22], dtype=torch.float32)  # one float32 ULP above 3.0
+    diff = tensor_diff("w", wide, narrow)
+    assert diff.dtype == "float64->float32" and diff.fraction_differing == 1 / 3 and diff.max_ulp == 1
+    assert tensor_diff("w", wide, wide.float()) is None  # exactly its rounding: no difference
+    assert tensor_diff("w", wide, torch.zeros(2)).max_abs_diff == float("inf")  # another shape: never close
+    assert tensor_diff("w", wide, wide.long()).max_abs_diff == float("inf")  # an integer: not a precision
+
+
+def test_tolerance_reads_ulp_or_a_relative_difference_and_judges_final_tensors():
+    from detaudit.dynamic.verdict.tolerance import Tolerance
+
+    assert Tolerance.parse("4ulp") == Tolerance(ulp=4) and Tolerance.parse(" 4 ULP") == Tolerance(ulp=4)
+    assert Tolerance.parse("1e-6") == Tolerance(rel=1e-6)
+    for bad in ("ulp", "-1e-6", "nan", "4.5ulp", "four"):
+        with pytest.raises(ValueError):
+            Tolerance.parse(bad)
+    close = {"dtype": "float32", "max_ulp": 3, "max_rel_diff": 1e-7, "max_abs_diff": 1e-7}
+    assert Tolerance(ulp=4).allows(close) and not Tolerance(ulp=2).allows(close)
+    assert Tolerance(rel=1e-6).allows(close) and not Tolerance(rel=1e-8).allows(close)
+    assert not Tolerance(ulp=10**9).allows({**close, "dtype": "int64", "max_ulp": 0})  # a step count is never close
+    assert not Tolerance(rel=1.0).allows({**close, "max_abs_diff": float("inf")})  # a tensor one side lacks
+
+
 def test_negative_zero_differs_and_missing_tensor_is_reported():
     assert tensor_diff("z", torch.tensor([0.0]), torch.tensor([-0.0])).fraction_differing == 1.0  # bits, not values
     diffs = compare_saved_states(

@@ -165,6 +165,26 @@ def test_op_sequences_that_part_are_realigned_and_compared_past(capsys, tmp_path
     assert (drift["kind"], drift["op"], drift["line"]) == ("environment-drift", "aten.randn.default", _line_of("torch.randn(hidden.shape)"))
 
 
+def test_a_float64_reference_against_a_float32_run(capsys, tmp_path):
+    """Same machine, another precision: the ops align, dtypes aside; a note says where the precisions part;
+    the final tensors are compared rounded to float32, so a tolerance can pass them."""
+    with _capability(None):
+        assert main(["run", str(FIXTURE), "--repeats", "2", "--save-reference", str(tmp_path / "ref"), "--",
+                     "--init", "numpy", "--dtype", "float64"]) == 0
+    capsys.readouterr()
+    code, report = _against(capsys, tmp_path / "ref", ["--init", "numpy"])
+    assert code == 1 and report["verdict"] == "drift"
+    assert report["environment_differences"]["torch.get_default_dtype"] == ["torch.float64", "torch.float32"]
+    assert any(note.startswith("the runs compute in other floating-point precisions (float64[") for note in report["notes"])
+    assert {diff["dtype"] for diff in report["tensors"]} == {"float64->float32"}
+    assert all(0 < diff["max_abs_diff"] < 1e-3 for diff in report["tensors"])  # rounded, not "another dtype: inf"
+    first = report["root_causes"][0]  # the float64 run casts NumPy's float32 data: an op the float32 run has not
+    assert (first["kind"], first["op"], first["other_side"]["reference_only_count"]) == ("control-flow", "aten._to_copy.default", 1)
+    worst = max(diff["max_rel_diff"] for diff in report["tensors"])
+    code, report = _against(capsys, tmp_path / "ref", ["--init", "numpy"], "--tolerance", f"{worst * 2:g}")
+    assert (code, report["verdict"]) == (0, "within-tolerance")
+
+
 @needs_vector_capability
 def test_a_tolerance_decides_between_within_and_drift(capsys, references):
     args = CASES["layernorm"][0]

@@ -43,6 +43,7 @@ when the tracer saw one.
 from __future__ import annotations
 
 import difflib
+import re
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
@@ -113,6 +114,9 @@ class PairComparison:
     differing: list[int] = field(default_factory=list)  # aligned records whose inputs, arguments or outputs differ
     final_known: bool = False  # both traces recorded their final state's digests
     final_differs: bool = False  # ... and some final tensor differs
+    # realigned runs that compute in other floating-point precisions: the first aligned record whose
+    # output dtypes differ (float64 against float32), None if none
+    precision_differs_at: int | None = None
 
 
 _NO_CAUSE: frozenset[int] = frozenset()
@@ -177,11 +181,14 @@ def compare_traces(a: Trace, b: Trace, *, realign: bool = False) -> PairComparis
     # moving it is all that is known of its use
     final_known = bool(a.final) and bool(b.final)
     pairs = aligned_pairs(a, b) if realign else ((index, index) for index in range(aligned))
+    precision_differs_at = None
     for index, other_index in pairs:
         if other_index is None:  # a stretch of ops one side ran alone (OneSidedOps), realigned after it
             propagated += _add_cause(taint, index)
             continue
         ra, rb = a.ops[index], b.ops[other_index]
+        if realign and precision_differs_at is None and ra.out_meta != rb.out_meta:
+            precision_differs_at = index
         if not realign and _key(ra) != _key(rb):
             propagated += _add_cause(taint, _control_flow(index, ra, rb))
             return _result(a, b, taint, propagated, index, differing_records)
@@ -211,7 +218,9 @@ def compare_traces(a: Trace, b: Trace, *, realign: bool = False) -> PairComparis
             if any(is_python_value(meta) for meta in ra.out_meta):
                 taint.python_read |= upstream
     if realign:
-        return _result(a, b, taint, propagated, len(a.ops), differing_records)
+        comparison = _result(a, b, taint, propagated, len(a.ops), differing_records)
+        comparison.precision_differs_at = precision_differs_at
+        return comparison
     if len(a.ops) != len(b.ops):
         longer = b if len(b.ops) > len(a.ops) else a
         extra = longer.ops[aligned]
@@ -228,18 +237,27 @@ def compare_traces(a: Trace, b: Trace, *, realign: bool = False) -> PairComparis
     return _result(a, b, taint, propagated, aligned, differing_records)
 
 
-def _key(record: OpRecord) -> tuple:
-    """What two records must share to be the same op of the program: op, output shapes, inputs, module."""
-    return record.op, tuple(record.out_meta), len(record.inputs), record.module
+def _key(record: OpRecord, *, any_precision: bool = False) -> tuple:
+    """What two records must share to be the same op of the program: op,
+    output shapes, inputs, module; ``any_precision``: a floating-point
+    output's dtype aside (a float64 run and a float32 run run the same ops)."""
+    out_meta = tuple(record.out_meta)
+    if any_precision:
+        out_meta = tuple(_FLOAT_DTYPE.sub("float", meta) for meta in out_meta)
+    return record.op, out_meta, len(record.inputs), record.module
+
+
+_FLOAT_DTYPE = re.compile(r"^(?:float64|float32|float16|bfloat16)(?=\[)")
 
 
 def aligned_pairs(a: Trace, b: Trace):
     """(index in ``a``, index in ``b``) of the records that line up, in order:
     positionally while the keys agree, then by an LCS alignment of the keys
-    (difflib's) over the rest.  Each stretch that one side ran alone is one
+    (difflib's) over the rest; floating-point dtypes aside
+    (``PairComparison.precision_differs_at`` says where they part).  Each stretch that one side ran alone is one
     ``(CauseAt, None)`` item, a control-flow cause at its start naming both
     sides' ops (``OneSidedOps``)."""
-    keys_a, keys_b = [_key(r) for r in a.ops], [_key(r) for r in b.ops]
+    keys_a, keys_b = [_key(r, any_precision=True) for r in a.ops], [_key(r, any_precision=True) for r in b.ops]
     common = 0
     while common < min(len(keys_a), len(keys_b)) and keys_a[common] == keys_b[common]:
         yield common, common

@@ -99,6 +99,12 @@ def tensor_diff(name: str, a, b) -> TensorDiff | None:
     """How tensor ``b`` differs from tensor ``a`` bit for bit; None when they are identical."""
     import torch
 
+    label = None
+    if a.shape == b.shape and a.dtype != b.dtype and a.dtype.is_floating_point and b.dtype.is_floating_point:
+        # another precision (a float64 reference, a float32 run): compared rounded to the narrower dtype
+        label = f"{str(a.dtype).removeprefix('torch.')}->{str(b.dtype).removeprefix('torch.')}"
+        narrower = min(a.dtype, b.dtype, key=lambda dtype: torch.finfo(dtype).bits)
+        a, b = a.to(narrower), b.to(narrower)
     if a.shape != b.shape or a.dtype != b.dtype:
         return TensorDiff(name, list(b.shape), f"{a.dtype}->{b.dtype}", float("inf"), float("inf"), 0, 1.0)
     a_bits, b_bits = (t.contiguous().view(-1) for t in (a, b))
@@ -121,7 +127,7 @@ def tensor_diff(name: str, a, b) -> TensorDiff | None:
     return TensorDiff(
         name=name,
         shape=list(a.shape),
-        dtype=str(a.dtype).removeprefix("torch."),
+        dtype=label or str(a.dtype).removeprefix("torch."),
         max_abs_diff=float(abs_diff.nan_to_num(nan=float("inf")).max()),
         max_rel_diff=float(rel_diff.nan_to_num(nan=float("inf")).max()),
         max_ulp=max_ulp,
