@@ -98,10 +98,14 @@ def run_html(report: RunReport, *, source_root: str | Path | None = None) -> str
     if report.tensors:
         body.append(_tensors_section(report.tensors))
     if report.notes:
-        body.append("<h2>Notes</h2><ul>" + "".join(f"<li>{_text(note)}</li>" for note in report.notes) + "</ul>")
+        body.append(_list_section("Notes", report.notes))
     if report.environment:
         body.append(_environment_section(report.environment, report.environment_differences))
     return _page(title, body)
+
+
+def _list_section(title: str, items: list[str]) -> str:
+    return f"<h2>{title}</h2><ul>" + "".join(f"<li>{_text(item)}</li>" for item in items) + "</ul>"
 
 
 def write_resume_html(report: ResumeReport, path: str | Path, *, source_root: str | Path | None = None) -> Path:
@@ -130,9 +134,7 @@ def resume_html(report: ResumeReport, *, source_root: str | Path | None = None) 
     if report.saved_at or report.loaded_at:
         body.append(_checkpoint_section(report, root))
     if report.warnings:
-        body.append(
-            "<h2>Warnings</h2><ul>" + "".join(f"<li>{_text(warning)}</li>" for warning in report.warnings) + "</ul>"
-        )
+        body.append(_list_section("Warnings", report.warnings))
     if report.environment:
         body.append(_environment_section(report.environment, {}, column="value in the straight run"))
     return _page(title, body)

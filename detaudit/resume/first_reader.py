@@ -16,12 +16,11 @@ no op reads (NumPy's, Python's, a DataLoader's) are not named.
 
 from __future__ import annotations
 
-import os
-
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
+from detaudit.dynamic.record.tracer import relative_path
 from detaudit.launch.watcher import user_frame
 
 #: components read by the optimizer's update (not as tensors): their first reader is its first op that reads data
@@ -66,7 +65,7 @@ class FirstReaders(TorchDispatchMode):
             path = frame.f_code.co_filename if frame else ""
             self.found[component] = {
                 "op": func._schema.name,
-                "path": os.path.relpath(path, self.cwd) if path.startswith(self.cwd + os.sep) else path,
+                "path": relative_path(path, self.cwd),
                 "line": frame.f_lineno if frame else 0,
                 "module": self.watcher.current_module,
             }

@@ -119,7 +119,8 @@ def _plain(value) -> str:
 
 
 @functools.lru_cache(maxsize=1024)  # (a trace names a few source files, each many times)
-def _relative_path(filename: str, cwd: str) -> str:
+def relative_path(filename: str, cwd: str) -> str:
+    """A source path as reports show it: relative to the run's working directory when under it."""
     return os.path.relpath(filename, cwd) if filename.startswith(cwd + os.sep) else filename
 
 
@@ -740,7 +741,7 @@ class OpTracer:
         return {
             "ops": [OpRecord._make(self._relative(record)) for record in self.records],
             "digests": self.digests,
-            "rng_events": [event._replace(path=_relative_path(event.path, self._cwd)) for event in self.rng_events],
+            "rng_events": [event._replace(path=relative_path(event.path, self._cwd)) for event in self.rng_events],
             "final": self.final,
         }
 
@@ -766,7 +767,7 @@ class OpTracer:
 
     def _relative(self, record: tuple) -> tuple:
         """A record with its source path relative to the working directory the run started in."""
-        return (*record[:2], _relative_path(record[2], self._cwd), *record[3:])
+        return (*record[:2], relative_path(record[2], self._cwd), *record[3:])
 
     def save(self, output_dir: Path) -> dict:
         """Write trace.json (and capture.pt); returns their paths for the payload."""
@@ -774,7 +775,7 @@ class OpTracer:
             self.stream_to(Path(output_dir) / "trace.json")
         self.write_settled()
         self._writer.write_ops(self._relative(record) for record in self.records[self._written :])
-        rng_events = [event._replace(path=_relative_path(event.path, self._cwd)) for event in self.rng_events]
+        rng_events = [event._replace(path=relative_path(event.path, self._cwd)) for event in self.rng_events]
         self._writer.close(self.digests, rng_events, self.final)
         files = {"trace_file": str(self._writer.path)}
         cwd = self._cwd + os.sep
