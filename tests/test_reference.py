@@ -166,8 +166,9 @@ def test_op_sequences_that_part_are_realigned_and_compared_past(capsys, tmp_path
 
 
 def test_a_float64_reference_against_a_float32_run(capsys, tmp_path):
-    """Same machine, another precision: the ops align, dtypes aside; a note says where the precisions part;
-    the final tensors are compared rounded to float32, so a tolerance can pass them."""
+    """Same machine, another precision: the ops align, dtypes aside; a note says where the precisions part,
+    the drift root is found by value (a capture rerun of the float32 run against the reference's kept tensors),
+    and the final tensors are compared rounded to float32, so a tolerance can pass them."""
     with _capability(None):
         assert main(["run", str(FIXTURE), "--repeats", "2", "--save-reference", str(tmp_path / "ref"), "--",
                      "--init", "numpy", "--dtype", "float64"]) == 0
@@ -178,8 +179,15 @@ def test_a_float64_reference_against_a_float32_run(capsys, tmp_path):
     assert any(note.startswith("the runs compute in other floating-point precisions (float64[") for note in report["notes"])
     assert {diff["dtype"] for diff in report["tensors"]} == {"float64->float32"}
     assert all(0 < diff["max_abs_diff"] < 1e-3 for diff in report["tensors"])  # rounded, not "another dtype: inf"
-    first = report["root_causes"][0]  # the float64 run casts NumPy's float32 data: an op the float32 run has not
-    assert (first["kind"], first["op"], first["other_side"]["reference_only_count"]) == ("control-flow", "aten._to_copy.default", 1)
+    # the float64 run casts NumPy's float32 data: an op the float32 run has not; then, by value, the one op
+    # whose float32 result rounds differently from the float64 one from inputs that match rounded: the linear layer
+    cast, rounding = report["root_causes"]
+    assert (cast["kind"], cast["op"], cast["other_side"]["reference_only_count"]) == ("control-flow", "aten._to_copy.default", 1)
+    assert (rounding["kind"], rounding["op"], rounding["line"], rounding["phase"]) == (
+        "environment-drift", "aten.mm.default", _line_of("self.norm(torch.nn.functional.linear"), "forward"
+    )
+    assert rounding["max_ulp"] >= 1 and rounding["hint"].startswith("Rounds differently in float32 than the reference's float64")
+    assert any("the drift roots are the first ops whose result, from inputs that match rounded" in n for n in report["notes"])
     worst = max(diff["max_rel_diff"] for diff in report["tensors"])
     code, report = _against(capsys, tmp_path / "ref", ["--init", "numpy"], "--tolerance", f"{worst * 2:g}")
     assert (code, report["verdict"]) == (0, "within-tolerance")

@@ -166,6 +166,7 @@ def _audit_against(step, folder: str, *, runs: int, seed, deterministic: bool, s
     from detaudit.dynamic.record.online_capture import select_kept
     from detaudit.dynamic.reference import folder as reference_folder
     from detaudit.dynamic.reference.explain import against_notes
+    from detaudit.dynamic.reference.precision import explain_precision
     from detaudit.dynamic.verdict.build import build_report
     from detaudit.dynamic.verdict.tolerance import Tolerance
 
@@ -192,6 +193,10 @@ def _audit_against(step, folder: str, *, runs: int, seed, deterministic: bool, s
         report = build_report(
             _name(step), traces, states, steps=0, environment={**environment, RECORDER_KEY: recorder}, capture=capture,
             run_environments=[saved.environment] + [environment] * runs, across_environments=True,
+        )
+        explain_precision(
+            report, traces[0], traces[1], reference_kept,
+            lambda records: _run_traced(step, seed, deterministic, 2, records, setup)[2],
         )
     report.reference, report.tolerance, report.strict = saved.summary(), limit, strict
     report.notes += against_notes(saved, (), report)

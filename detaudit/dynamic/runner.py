@@ -283,6 +283,7 @@ def _audit_against(
     from detaudit.dynamic.record.online_capture import select_kept
     from detaudit.dynamic.reference import folder
     from detaudit.dynamic.reference.explain import against_notes
+    from detaudit.dynamic.reference.precision import explain_precision
     from detaudit.dynamic.verdict.build import build_report
 
     native.ensure_built(announce=lambda text: print(f"detaudit: {text}", file=sys.stderr, flush=True))
@@ -341,6 +342,14 @@ def _audit_against(
             run_environments=[reference.environment] + [r.payload.get("environment", {}) for r in results[1:]],
             across_environments=True,
         )
+
+        def capture_run(records: list[int]) -> dict:
+            """Run 2's full captures of ``records`` (a capture rerun)."""
+            progress.add(1)
+            options = options_for(1, Path(workdir) / "precision").changing(Tracing, capture_ops=tuple(records))
+            return torch.load(launch(1, options).payload["capture_file"], weights_only=True)
+
+        explain_precision(report, traces[0], traces[1], reference_kept, capture_run)
         if repro:
 
             def call_of(record: int) -> dict:

@@ -114,9 +114,6 @@ class PairComparison:
     differing: list[int] = field(default_factory=list)  # aligned records whose inputs, arguments or outputs differ
     final_known: bool = False  # both traces recorded their final state's digests
     final_differs: bool = False  # ... and some final tensor differs
-    # realigned runs that compute in other floating-point precisions: the first aligned record whose
-    # output dtypes differ (float64 against float32), None if none
-    precision_differs_at: int | None = None
 
 
 _NO_CAUSE: frozenset[int] = frozenset()
@@ -181,14 +178,11 @@ def compare_traces(a: Trace, b: Trace, *, realign: bool = False) -> PairComparis
     # moving it is all that is known of its use
     final_known = bool(a.final) and bool(b.final)
     pairs = aligned_pairs(a, b) if realign else ((index, index) for index in range(aligned))
-    precision_differs_at = None
     for index, other_index in pairs:
         if other_index is None:  # a stretch of ops one side ran alone (OneSidedOps), realigned after it
             propagated += _add_cause(taint, index)
             continue
         ra, rb = a.ops[index], b.ops[other_index]
-        if realign and precision_differs_at is None and ra.out_meta != rb.out_meta:
-            precision_differs_at = index
         if not realign and _key(ra) != _key(rb):
             propagated += _add_cause(taint, _control_flow(index, ra, rb))
             return _result(a, b, taint, propagated, index, differing_records)
@@ -218,9 +212,7 @@ def compare_traces(a: Trace, b: Trace, *, realign: bool = False) -> PairComparis
             if any(is_python_value(meta) for meta in ra.out_meta):
                 taint.python_read |= upstream
     if realign:
-        comparison = _result(a, b, taint, propagated, len(a.ops), differing_records)
-        comparison.precision_differs_at = precision_differs_at
-        return comparison
+        return _result(a, b, taint, propagated, len(a.ops), differing_records)
     if len(a.ops) != len(b.ops):
         longer = b if len(b.ops) > len(a.ops) else a
         extra = longer.ops[aligned]
@@ -253,8 +245,8 @@ _FLOAT_DTYPE = re.compile(r"^(?:float64|float32|float16|bfloat16)(?=\[)")
 def aligned_pairs(a: Trace, b: Trace):
     """(index in ``a``, index in ``b``) of the records that line up, in order:
     positionally while the keys agree, then by an LCS alignment of the keys
-    (difflib's) over the rest; floating-point dtypes aside
-    (``PairComparison.precision_differs_at`` says where they part).  Each stretch that one side ran alone is one
+    (difflib's) over the rest, floating-point dtypes aside (a float64 and a
+    float32 run run the same ops: ``reference/precision.py``).  Each stretch that one side ran alone is one
     ``(CauseAt, None)`` item, a control-flow cause at its start naming both
     sides' ops (``OneSidedOps``)."""
     keys_a, keys_b = [_key(r, any_precision=True) for r in a.ops], [_key(r, any_precision=True) for r in b.ops]

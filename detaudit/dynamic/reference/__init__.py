@@ -4,9 +4,12 @@ torch or setting, with it.
 
 ``folder.py`` writes and reads the folder (its manifest, the compressed
 trace, the first steps' tensors and the final state); ``explain.py`` says
-which environment differences explain a drift.  The runs themselves are
+which environment differences explain a drift; ``precision.py`` finds, by
+value, the ops that round differently when the reference computed in
+another precision.  The runs themselves are
 ``runner.py``'s (and ``audit.py``'s in-process): the reference is run 1 of
 an audit whose trace was recorded elsewhere, and ``verdict/`` gives the
 verdict (identical, within-tolerance, drift).  May import ``compare`` and
-``verdict``; imports neither torch nor numpy.
+``verdict``; imports neither torch nor numpy but to measure tensors
+(``precision.py``).
 """

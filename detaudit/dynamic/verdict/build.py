@@ -139,7 +139,7 @@ def build_report(
     causes.sort(key=lambda c: (c.first_step, c.path, c.line))
     # against a reference: how far the drift spread, step by step (the first pair's)
     growth = growth_by_step(traces[0], diverged[1], divergence) if across_environments and diverged else []
-    notes = [_precision_note(traces, diverged[1])] if across_environments and diverged and diverged[1].precision_differs_at is not None else []
+    notes = []
     if worst_tensors and not causes:
         notes.append("final tensors differ but no traced op did: the difference comes from outside the trace")
     return RunReport(
@@ -156,16 +156,6 @@ def build_report(
         divergence=divergence,
         environment_differences=environment_differences(run_environments or []),
         growth=growth,
-    )
-
-
-def _precision_note(traces: list[Trace], pair: PairComparison) -> str:
-    """Say so when the reference computed in another floating-point precision (float64 against float32)."""
-    record = traces[0].ops[pair.precision_differs_at]
-    return (
-        f"the runs compute in other floating-point precisions ({', '.join(record.out_meta)} in the reference), first at "
-        f"{record.op} at {record.path}:{record.line}: every op computing in them differs, so the drift roots are where "
-        "the precisions part; final tensors are compared rounded to the narrower dtype (use --tolerance)"
     )
 
 
