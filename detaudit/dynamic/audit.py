@@ -51,7 +51,6 @@ def _run_traced(
     kept = None
     if keep is not None:
         from detaudit.dynamic.record.online_capture import OnlineCapture
-
         from detaudit.dynamic.reference.folder import FIRST_STEPS_BYTES
 
         if keep == "first-steps":  # a reference's, committed: as little as detaudit run --save-reference keeps
@@ -94,7 +93,8 @@ def audit(
     from detaudit.dynamic.verdict.build import build_report
 
     if reference is not None:
-        return _audit_against(step, reference, runs=1 if repeats is None else repeats, seed=seed, deterministic=deterministic, setup=setup,
+        runs = 1 if repeats is None else repeats
+        return _audit_against(step, reference, runs=runs, seed=seed, deterministic=deterministic, setup=setup,
                               strict=strict, tolerance=tolerance)
     if tolerance is not None:
         raise ValueError("tolerance goes with reference=")

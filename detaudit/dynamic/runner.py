@@ -139,11 +139,11 @@ def audit_script(
             for repeat in range(repeats)
         ]
         if measure or save_reference:  # run 1 keeps its first steps, in case a run compared with it differs there
-            runs[0] = (0, runs[0][1].changing(Tracing, keep_first_steps=True))
-        if save_reference:  # what a reference keeps of them is committed: less
             from detaudit.dynamic.reference.folder import FIRST_STEPS_BYTES
 
-            runs[0] = (0, runs[0][1].changing(Tracing, first_steps_bytes=FIRST_STEPS_BYTES))
+            # (what a reference keeps of them is committed: less)
+            budget = FIRST_STEPS_BYTES if save_reference else None
+            runs[0] = (0, runs[0][1].changing(Tracing, keep_first_steps=True, first_steps_bytes=budget))
         if jobs == 1 or _gpu_may_be_visible():
             results = launch_all(runs[:1], 1)
             if jobs > 1 and results[0].payload.get("environment", {}).get("torch.cuda.is_available"):

@@ -4,9 +4,9 @@
 ``torch.load(weights_only=True)`` reads back: tensors become ``{"tensor": i}``
 (the i-th of the capture's inputs, copied before the op ran), dtypes,
 devices, layouts and memory formats tagged strings, numbers, strings, None
-and lists as themselves.  ``reproducible`` says whether every argument
-could be written (a Generator, an arbitrary object cannot: then no repro is
-written).  The repro script (``dynamic/repro.py``) rebuilds the call from it.
+and lists as themselves.  ``unsupported`` names the types of arguments
+that could not be written (a Generator, an arbitrary object): then no repro
+is written.  The repro script (``dynamic/repro.py``) rebuilds the call from it.
 """
 
 from __future__ import annotations
@@ -50,4 +50,3 @@ def _encode(value, counter: list[int], unsupported: list[str], devices: set[str]
             return {tag: str(value).removeprefix("torch.")}
     unsupported.append(type(value).__name__)
     return None
-
