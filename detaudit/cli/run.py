@@ -101,6 +101,11 @@ def add_parser(subparsers) -> None:
         help="write a standalone script to DIR that reruns the first root cause's op on the tensors it read "
         "(torch only): N calls for a run-to-run cause, one with its output digest for a drift",
     )
+    parser.add_argument(
+        "--eager", action="store_true",
+        help="run the script's torch.compile'd regions eagerly, op by op (by default they run compiled, as they do "
+        "without detaudit, and each compiled graph's call is traced at its inputs and outputs)",
+    )
     add_distributed_arguments(parser)
     parser.set_defaults(handler=handle)
 
@@ -173,7 +178,7 @@ def handle(args: argparse.Namespace) -> int:
                 report = audit_script(
                     str(script), args.script_args, vary=args.vary, progress=progress, vary_options=vary_options,
                     jobs=args.jobs, save_reference=args.save_reference, against=args.against,
-                    tolerance=args.tolerance, repro=args.repro, **common,
+                    tolerance=args.tolerance, repro=args.repro, eager=args.eager, **common,
                 )
     except ReferenceFolderError as error:
         raise UsageError(str(error)) from None

@@ -38,6 +38,7 @@ from detaudit.dynamic.faults.feature import InjectFault
 from detaudit.dynamic.faults.spec import fault_for_repeat
 from detaudit.dynamic.record.features import ReplicaDigests, SaveFinalState, Tracing
 from detaudit.dynamic.variations import VARIATIONS
+from detaudit.dynamic.verdict.compiled import compiled_section, compiled_warnings, graph_cause
 from detaudit.dynamic.verdict.run_report import RECORDER_KEY, RunFailure, rank_list
 from detaudit.launch.features import RecordEnvironment
 from detaudit.launch.options import LaunchOptions
@@ -74,6 +75,7 @@ def audit_script(
     against: str | None = None,
     tolerance=None,  # a verdict.tolerance.Tolerance, with ``against``
     repro: str | None = None,
+    eager: bool = False,
 ):
     """Run ``script`` ``repeats`` times and report; ``strict``: a latent
     difference fails the gate too (see ``verdict/run_report.py``).  ``remedy_options``:
@@ -83,11 +85,12 @@ def audit_script(
     (see the module docstring).  ``save_reference``: a folder to keep run 1
     in as a reference (``dynamic/reference/folder.py``).  ``against``: a
     reference folder; the ``repeats`` runs are each compared with it
-    (``audit_against``)."""
+    (``audit_against``).  ``eager``: ``torch.compile``'d regions run eagerly, op
+    by op, instead of compiled, one record per graph call (``record/compiled_graphs.py``)."""
     from detaudit.dynamic.compare.classify import Trace
     from detaudit.dynamic.compare.state_diff import SavedState
     from detaudit.dynamic.record import native
-    from detaudit.dynamic.verdict.build import build_report
+    from detaudit.dynamic.verdict.build import build_report, op_hint
 
     # here, once: no run's time limit pays for building the compiled recorder
     native.ensure_built(announce=lambda text: print(f"detaudit: {text}", file=sys.stderr, flush=True))
@@ -96,7 +99,7 @@ def audit_script(
         return _audit_against(
             script, script_args, against, runs=repeats, tolerance=tolerance, steps=steps, seed=seed,
             deterministic=deterministic, strict=strict, timeout=timeout, cwd=cwd, progress=progress, jobs=jobs,
-            repro=repro,
+            repro=repro, eager=eager,
         )
     variation = VARIATIONS[vary] if vary else None
     if variation is not None and not variation.repeats_script:  # an audit of its own (batch)
@@ -115,7 +118,8 @@ def audit_script(
         options = base.with_settings({variation.setting: settings[repeat]} if variation else {})
         fault = fault_for_repeat(repeat)
         options = options.with_settings(remedy_options or {}).with_features(
-            Tracing(allocation_fill=repeat + 1), *((InjectFault(fault),) if fault else ()), *features
+            Tracing(allocation_fill=repeat + 1, compiled_graphs=not eager), *((InjectFault(fault),) if fault else ()),
+            *features
         )
         return replace(options, output_dir=output_dir)
 
@@ -199,6 +203,15 @@ def audit_script(
             variation=variation,
             run_environments=[result.payload.get("environment", {}) for result in results],
         )
+        cause = graph_cause(report)
+        if cause is not None:  # inside the graph: which node departs between two compiled replays
+            progress.add(1)
+            options = options_for(0, Path(workdir) / "bisect").changing(
+                Tracing, capture_ops=(cause.record,), bisect_graphs="replay"
+            )
+            cause.inside_graph = _inside_graphs(launch_all([(0, options)], 1)[0]).get(cause.record)
+            if cause.inside_graph and cause.inside_graph.get("reproduced"):
+                cause.hint = op_hint(cause.inside_graph["op"])  # the kernel's own fix, where the ops table has one
         if repro:
 
             def call_of(record: int) -> dict:
@@ -216,7 +229,8 @@ def audit_script(
         warnings.insert(0, _no_step_warning(len(traces[0].ops), len(states[0])))
     if variation:
         warnings.extend(_variation_warnings(report.variation, results, cwd))
-    warnings.extend(_compile_warnings(results[0].payload))
+    warnings.extend(compiled_warnings(results[0].payload, eager=eager))
+    report.compiled = compiled_section(results[0].payload)
     report.warnings = warnings
     if save_reference:
         report.notes.append(_saved_note(save_reference, manifest))
@@ -266,6 +280,7 @@ def _audit_against(
     progress,
     jobs: int,
     repro: str | None = None,
+    eager: bool = False,
 ):
     """``runs`` traced runs of ``script``, each compared with the reference
     in ``reference_folder`` as run 1 (``build_report(across_environments=True)``):
@@ -282,6 +297,7 @@ def _audit_against(
     from detaudit.dynamic.record import native
     from detaudit.dynamic.record.online_capture import select_kept
     from detaudit.dynamic.reference import folder
+    from detaudit.dynamic.reference.eager import eager_checked_calls, explain_compiled_against_eager, ran_eagerly
     from detaudit.dynamic.reference.explain import against_notes
     from detaudit.dynamic.reference.precision import explain_precision
     from detaudit.dynamic.verdict.build import build_report
@@ -298,7 +314,7 @@ def _audit_against(
             return LaunchOptions(
                 seed=seed, max_steps=steps, settings={"deterministic": True} if deterministic else {},
                 features=(
-                    SaveFinalState(), RecordEnvironment(), Tracing(allocation_fill=run + 1),
+                    SaveFinalState(), RecordEnvironment(), Tracing(allocation_fill=run + 1, compiled_graphs=not eager),
                     *((InjectFault(fault),) if fault else ()),
                 ),
                 output_dir=output_dir,
@@ -350,6 +366,13 @@ def _audit_against(
             return torch.load(launch(1, options).payload["capture_file"], weights_only=True)
 
         explain_precision(report, traces[0], traces[1], reference_kept, capture_run)
+        if ran_eagerly(traces[0], traces[1]) and report.root_causes:
+            # an eager reference: the first graph whose compiled result departs from its ops run eagerly
+            progress.add(1)
+            options = options_for(1, Path(workdir) / "bisect").changing(
+                Tracing, capture_ops=tuple(eager_checked_calls(traces[1])), bisect_graphs="eager"
+            )
+            explain_compiled_against_eager(report, traces[1], _inside_graphs(launch(1, options)))
         if repro:
 
             def call_of(record: int) -> dict:
@@ -366,7 +389,8 @@ def _audit_against(
     report.strict = strict
     report.steps_run = [reference.manifest.get("steps_run") or 0] + [r.payload["steps"] for r in results[1:]]
     report.notes += against_notes(reference, script_args, report)
-    warnings.extend(_compile_warnings(results[1].payload))
+    warnings.extend(compiled_warnings(results[1].payload, eager=eager))
+    report.compiled = compiled_section(results[1].payload)
     report.warnings = warnings
     return report
 
@@ -470,18 +494,13 @@ def _stopped_by_other_rank_notes(runs) -> list[str]:
     ]
 
 
-def _compile_warnings(payload: dict) -> list[str]:
-    """Say so when the script compiled something: while a dispatch mode is
-    active dynamo compiles nothing, so the runs compared its eager code."""
-    calls = payload.get("compile_calls")
-    if not calls:
-        return []
-    where = ", ".join(f"{call['call']} at {call['path']}:{call['line']}" for call in calls)
-    return [
-        f"the script compiles ({where}), but under detaudit's tracer compiled regions run eagerly: this verdict "
-        "is the eager code's. Inductor's kernels round differently from eager and can vary from run to run; "
-        "compare plain compiled runs with `detaudit variance SCRIPT --deterministic`"
-    ]
+def _inside_graphs(result: ScriptResult) -> dict[int, dict]:
+    """A bisection rerun's findings: record -> what it found inside that graph call."""
+    import torch
+
+    path = result.payload.get("capture_file")
+    captured = torch.load(path, weights_only=True) if path else {}
+    return {record: kept["inside_graph"] for record, kept in captured.items() if kept.get("inside_graph")}
 
 
 def _relative(path: str, cwd: str | None) -> str:
@@ -583,5 +602,5 @@ def audit_distributed(
     report.notes += _stopped_by_other_rank_notes(runs)
     report.steps_run = [run.ranks[0].payload["steps"] for run in runs]
     report.strict = strict
-    report.warnings = warnings + _compile_warnings(runs[0].ranks[0].payload)
+    report.warnings = warnings + compiled_warnings(runs[0].ranks[0].payload, eager=False)
     return report

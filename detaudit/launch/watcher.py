@@ -12,6 +12,7 @@ Imports torch: only the child of a launch (``bootstrap.py``) and the dynamic pas
 
 from __future__ import annotations
 
+import inspect
 import os
 import sys
 import sysconfig
@@ -51,6 +52,45 @@ def user_frame(start=None):
             return frame
         frame = frame.f_back
     return None
+
+
+# code flags of frames that can be suspended and resumed under another caller
+RESUMABLE_CODE = inspect.CO_GENERATOR | inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR | inspect.CO_ITERABLE_COROUTINE
+
+
+class UserFrames:
+    """``user_frame(caller)``, remembered for the last caller frame.
+
+    Consecutive ops are mostly dispatched from the same frame (a module's
+    forward, the optimizer's loop), and while that frame runs, the frames
+    above it cannot change: the user frame found once stays the answer until
+    another frame dispatches (its line is read when asked, so a user frame
+    that dispatches ops itself is right too).  Not when a resumable frame
+    (a generator, a coroutine) lies between the two: each resumption may
+    come from another caller.  Holds the last caller frame until the next
+    lookup or ``forget()``; ``None`` (no Python frame dispatched the op: an
+    autograd thread's) has no user frame."""
+
+    __slots__ = ("caller", "user")
+
+    def __init__(self):
+        self.caller = self.user = None
+
+    def find(self, caller):
+        if caller is None:
+            return None
+        if caller is self.caller:
+            return self.user
+        user = user_frame(caller)
+        frame = caller
+        while frame is not user and not frame.f_code.co_flags & RESUMABLE_CODE:
+            frame = frame.f_back
+        self.caller = caller if frame is user else None
+        self.user = user
+        return user
+
+    def forget(self) -> None:
+        self.caller = self.user = None
 
 
 def variable_name(obj: object) -> str | None:

@@ -250,8 +250,7 @@ def _root_causes_section(causes: Sequence[RootCause], root: Path) -> str:
     header = ("kind", "op", "location", "module", "phase", "seen", "max |diff|", "step")
     parts = ["<h2>Root causes</h2>", _table(header, rows, table_id="root-causes")]
     for cause in causes:
-        details = [cause.other_side.describe()] if cause.other_side is not None else []
-        details.append(_sentence(cause.fix))
+        details = [*cause.details(), _sentence(cause.fix)]
         parts.append(
             '<div class="cause">'
             f'<h3><span class="code">{_text(cause.code)}</span> {_text(cause.kind)}: <code>{_text(cause.op)}</code> '

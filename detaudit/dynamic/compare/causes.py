@@ -233,6 +233,16 @@ ENVIRONMENT_DRIFT = _register(
         "per environment.",
     )
 )
+COMPILED_VS_EAGER = _register(
+    CauseKind(
+        "DYN031",
+        "compiled-vs-eager",
+        "A torch.compile'd graph gave other bits than the same code run eagerly, from bitwise-identical inputs: "
+        "Inductor fuses, decomposes and reorders the computation, and rounds differently.",
+        "Compiled and eager code are not bitwise equal, nor promised to be: keep a compiled reference for a compiled "
+        "run (and an eager one for eager), or compare with --tolerance.",
+    )
+)
 #: kinds that, between a run and a reference saved elsewhere, mean "this environment computes the op
 #: differently": a kernel's other bits, or a generator's other draws from the same state (its sampler's
 #: kernel; an RNG cause whose generator state was set differently stays an RNG cause)

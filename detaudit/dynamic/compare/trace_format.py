@@ -35,6 +35,19 @@ UNREAD = -2
 
 # records of Python calls that read tensor data without dispatching an aten op:
 # the call's name -> the type of what Python gets (``out_meta``)
+# What a compiled graph's call is named in a trace: inductor.graph_<n>.<kind> (record/compiled_graphs.py),
+# kind forward, backward or inference; one record stands for all the graph's kernels.
+GRAPH_OP_PREFIX = "inductor.graph_"
+
+
+def is_graph_call(op: str) -> bool:
+    return op.startswith(GRAPH_OP_PREFIX)
+
+
+def graph_op_name(index: int, kind: str) -> str:
+    return f"{GRAPH_OP_PREFIX}{index}.{kind}"
+
+
 PYTHON_READS = {"Tensor.tolist": "list", "Tensor.numpy": "ndarray", "torch.save": "file"}
 
 # phases of an op

@@ -4,8 +4,10 @@ script trains.
 ``tracer.py`` (the ``TorchDispatchMode`` that records every aten op with
 digests of what it reads and writes), with ``op_info.py`` (what an op's
 schema says), ``outside_dispatch.py`` (what it sees outside the dispatcher),
-``dynamo.py`` (keeping dynamo out of its handlers) and ``native/`` (the
-compiled twin of its hot path); ``digests.py`` (how a tensor's bytes become
+``dynamo.py`` (keeping dynamo out of its handlers), ``compiled_graphs.py``
+(a torch.compile'd graph's call as one record), ``graph_bisect.py`` (the first
+node inside a graph that departs) and ``native/`` (the compiled twin of its
+hot path); ``digests.py`` (how a tensor's bytes become
 a digest), ``storage_tables.py`` (which digest each storage's bytes have
 now), ``collectives.py`` (torch.distributed's ops), ``online_capture.py`` (a
 later run comparing itself with run 1 as it goes), ``final_state.py`` (the
@@ -13,6 +15,6 @@ state a run ends with).  ``features.py`` is how a launch asks for them
 (``Tracing``, ``ReplicaDigests``, ``SaveFinalState``): it and ``native/``'s
 build step import no torch; everything else here imports torch and runs in
 the audited process.  May import ``detaudit.launch`` (the watcher) and
-``detaudit.dynamic.compare.trace_format``; nothing here decides what a
+``detaudit.dynamic.compare.trace_format`` and ``detaudit.knowledge``; nothing here decides what a
 difference means (``detaudit.dynamic.compare`` does, without torch).
 """

@@ -4,7 +4,8 @@ The parent names them in ``LaunchOptions.features`` (``detaudit.launch
 .features`` says how a feature works); this module imports without torch,
 and each step imports what it runs in the child:
 
-* ``Tracing``: trace every op (``tracer.py``), written to trace.json; with
+* ``Tracing``: trace every op (``tracer.py``) and every compiled graph's call
+  (``compiled_graphs.py``), written to trace.json; with
   ``capture_ops`` save those records' tensors; with ``keep_first_steps`` /
   ``compare_with`` keep the tensors a comparison with run 1 needs
   (``online_capture.py``);
@@ -33,13 +34,24 @@ class Tracing(ChildFeature):
     keep_first_steps: bool = False  # keep the tensors of the first steps' ops, for compare_with runs to need
     call_of: int | None = None  # of capture_ops: also keep how its op was called (op_call.py: a repro's)
     first_steps_bytes: int | None = None  # with keep_first_steps: at most this much (default online_capture's)
+    # torch.compile'd regions run compiled, one record per graph call (compiled_graphs.py); False: eagerly
+    compiled_graphs: bool = True
+    # of capture_ops: bisect a captured graph call (graph_bisect.py): "replay" between two compiled
+    # replays, "eager" against its nodes run eagerly; None: no bisection
+    bisect_graphs: str | None = None
 
     def prepare(self, session) -> None:
         from detaudit.dynamic.record.tracer import OpTracer
 
+        on_graph_capture = None
+        if self.bisect_graphs:
+            from detaudit.dynamic.record.graph_bisect import bisector
+
+            on_graph_capture = bisector(self.bisect_graphs)
         tracer = session.tracer = OpTracer(
             capture_ops=self.capture_ops, sampled_ops=self.sampled_ops, allocation_fill=self.allocation_fill,
-            call_of=self.call_of,
+            call_of=self.call_of, trace_compiled=self.compiled_graphs and _can_trace_compiled(session),
+            keep_graphs=bool(self.bisect_graphs), on_graph_capture=on_graph_capture,
         )
         tracer.attach(session.watcher)
         tracer.stream_to(session.output_dir / "trace.json")  # a long run holds its last step's records, not all
@@ -64,6 +76,16 @@ class Tracing(ChildFeature):
         session.payload["recorder"] = tracer.recorder
         if self.online_capture is not None:
             session.payload.update(self.online_capture.save(session.output_dir))
+
+
+def _can_trace_compiled(session) -> bool:
+    """Whether this torch lets compiled graphs be traced; when not, they run eagerly and the payload says why."""
+    from detaudit.dynamic.record.compiled_graphs import unavailable_reason
+
+    reason = unavailable_reason()
+    if reason:
+        session.payload["compiled_unavailable"] = reason
+    return reason is None
 
 
 @dataclass

@@ -46,7 +46,6 @@ from __future__ import annotations
 import contextlib
 import functools
 import gc
-import inspect
 import os
 import sys
 import types
@@ -90,7 +89,7 @@ from detaudit.dynamic.record.op_info import OpInfo, mark_unread
 from detaudit.dynamic.record.outside_dispatch import OutsideDispatch
 from detaudit.dynamic.record.storage_tables import MIN_FORGET_AT, StorageTables, version_of
 from detaudit.knowledge.backend_settings import backend_settings
-from detaudit.launch.watcher import USER_FILES, StopRun, is_user_file, user_frame
+from detaudit.launch.watcher import RESUMABLE_CODE, USER_FILES, StopRun, UserFrames, is_user_file, user_frame
 from detaudit.runtime.settings import reader
 
 _STAGE_LIMIT = 8192  # flush early when this many digests wait on the device
@@ -140,7 +139,6 @@ def _flatten(values, into: list) -> list:
     return into
 
 
-
 def _storage_bytes(storage: torch.UntypedStorage) -> torch.Tensor:
     """A storage argument as the tensor of its bytes, so that it is an input like any other."""
     return torch.empty(0, dtype=torch.uint8, device=storage.device).set_(storage)
@@ -155,7 +153,6 @@ def _result_meta(value) -> str:
     return "None" if value is None else python_value_meta(type(value).__name__)
 
 
-
 def _torch_fill_switches() -> list[tuple]:
     """(getter, safe value) of the settings table's fill-uninitialized-memory
     and of the setting it requires: torch fills allocations itself while all
@@ -166,46 +163,6 @@ def _torch_fill_switches() -> list[tuple]:
     readers = [(reader(torch, setting), setting.safe) for setting in switches]
     # a torch without one of them never fills: the tracer always does
     return readers if all(read is not None for read, _ in readers) else [(lambda: False, True)]
-
-
-
-# code flags of frames that can be suspended and resumed under another caller
-_RESUMABLE_CODE = inspect.CO_GENERATOR | inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR | inspect.CO_ITERABLE_COROUTINE
-
-
-class _UserFrames:
-    """``user_frame(caller)``, remembered for the last caller frame.
-
-    Consecutive ops are mostly dispatched from the same frame (a module's
-    forward, the optimizer's loop), and while that frame runs, the frames
-    above it cannot change: the user frame found once stays the answer until
-    another frame dispatches (its line is read when asked, so a user frame
-    that dispatches ops itself is right too).  Not when a resumable frame
-    (a generator, a coroutine) lies between the two: each resumption may
-    come from another caller.  Holds the last caller frame until the next
-    lookup or ``forget()``; ``None`` (no Python frame dispatched the op: an
-    autograd thread's) has no user frame."""
-
-    __slots__ = ("caller", "user")
-
-    def __init__(self):
-        self.caller = self.user = None
-
-    def find(self, caller):
-        if caller is None:
-            return None
-        if caller is self.caller:
-            return self.user
-        user = user_frame(caller)
-        frame = caller
-        while frame is not user and not frame.f_code.co_flags & _RESUMABLE_CODE:
-            frame = frame.f_back
-        self.caller = caller if frame is user else None
-        self.user = user
-        return user
-
-    def forget(self) -> None:
-        self.caller = self.user = None
 
 
 def _phase_outside_autograd(watcher) -> str:
@@ -239,7 +196,7 @@ def native_constants() -> dict:
         "result_meta": _result_meta, "forward": FORWARD, "backward": BACKWARD, "optimizer": OPTIMIZER, "setup": SETUP,
         "produced": PRODUCED, "allocated": ALLOCATED, "external": EXTERNAL, "uninit": UNINIT, "unread": UNREAD,
         "crc_max_bytes": CRC_MAX_BYTES, "stage_limit": _STAGE_LIMIT, "min_forget_at": MIN_FORGET_AT,
-        "user_files": USER_FILES, "is_user_file": is_user_file, "resumable_code": _RESUMABLE_CODE,
+        "user_files": USER_FILES, "is_user_file": is_user_file, "resumable_code": RESUMABLE_CODE,
     }
 
 
@@ -264,12 +221,25 @@ class _OpRecorder(TorchDispatchMode):
         return self.tracer.record(func, args, kwargs or {}, sys._getframe().f_back)
 
 
+class _CompiledRegionsRecorder(_OpRecorder):
+    """The recorder when compiled graphs are traced at their boundary
+    (``compiled_graphs.py``): dynamo compiles while it is active, and turns it
+    off while compiling."""
+
+    @classmethod
+    def ignore_compile_internals(cls) -> bool:
+        return True
+
+
 class OpTracer:
     """``device_digests=True`` takes every digest the way a GPU does (a
     position-weighted sum on the tensor's device, staged until ``flush()``),
     also for CPU tensors: the CUDA digest path, testable without a GPU.
     ``compiled=False`` records every op in Python (``record``) even where the
-    compiled recorder (``native``) can be loaded."""
+    compiled recorder (``native``) can be loaded.  ``trace_compiled=True`` lets
+    ``torch.compile``'d regions run compiled, one record per graph call
+    (``compiled_graphs.py``; ``keep_graphs`` and ``on_graph_capture`` are its
+    bisection's); otherwise they run eagerly, op by op."""
 
     # The containers this tracer makes in __init__ (records, digests, the
     # staged digests, the storage tables, ...) are mutated in place, never
@@ -277,6 +247,7 @@ class OpTracer:
     def __init__(
         self, capture_ops=(), sampled_ops=(), device_digests: bool = False, allocation_fill: int | None = None,
         compiled: bool = True, call_of: int | None = None,
+        trace_compiled: bool = False, keep_graphs: bool = False, on_graph_capture=None,
     ):
         self._host_digests = not device_digests  # CPU tensors get host_digest()
         self.records: list[tuple] = []  # OpRecord fields as plain tuples (see record()); None once written
@@ -297,7 +268,7 @@ class OpTracer:
         self._forward_sites: dict[int, tuple] = {}  # grad_fn sequence nr -> (file, line, module)
         # (weak references to the output tensors, (file, line, module)) of the last op run with grad mode on
         self._last_outputs: tuple | None = None
-        self._user_frames = _UserFrames()  # the user frame above the frame that dispatches an op
+        self._user_frames = UserFrames()  # the user frame above the frame that dispatches an op
         self._op_info: dict[int, OpInfo] = {}  # id(op overload) -> what is known of it (an OpOverload hashes in Python)
         self._out_meta: dict[tuple, str] = {}  # (dtype, shape) -> "float32[2, 3]"
         self._device_digests = DeviceDigests()
@@ -329,7 +300,14 @@ class OpTracer:
         # told of each record as it is traced and of each flush (online_capture.OnlineCapture); None: nobody
         self.observer = None
         self.communications = Communications(self)  # torch.distributed's ops, completed when waited on
-        self._modes = [_OpRecorder(self, native_record)]  # last: the compiled recorder binds the state above
+        self.compiled_graphs = None  # CompiledGraphs: the graphs torch.compile made, when they run compiled
+        recorder = _OpRecorder
+        if trace_compiled:
+            from detaudit.dynamic.record.compiled_graphs import CompiledGraphs
+
+            self.compiled_graphs = CompiledGraphs(self, keep_graphs=keep_graphs, on_capture=on_graph_capture)
+            recorder = _CompiledRegionsRecorder
+        self._modes = [recorder(self, native_record)]  # last: the compiled recorder binds the state above
 
     def attach(self, watcher) -> None:
         self.watcher = watcher
@@ -361,6 +339,8 @@ class OpTracer:
         self._gc_threshold = gc.get_threshold()
         gc.set_threshold(max(self._gc_threshold[0], _TRACING_GC_THRESHOLD), *self._gc_threshold[1:])
         self._outside_dispatch.install()
+        if self.compiled_graphs is not None:
+            self.compiled_graphs.install()
         self.communications.patch_wait(self._outside_dispatch.patched)
         for mode in self._modes:
             mode.__enter__()
@@ -374,6 +354,8 @@ class OpTracer:
         self._user_frames.forget()
         self._last_outputs = None
         self._outside_dispatch.remove()
+        if self.compiled_graphs is not None:
+            self.compiled_graphs.remove()
         gc.set_threshold(*self._gc_threshold)
         if self._froze_gc:
             gc.unfreeze()
@@ -461,6 +443,9 @@ class OpTracer:
             if grad_fn is not None:
                 # an existing node (an in-place op's input passed through) keeps its site
                 self._forward_sites.setdefault(grad_fn._sequence_nr(), site)
+
+    def site_of(self, caller) -> tuple[str, str, int, str]:
+        return self._site(caller)
 
     def _site(self, caller) -> tuple[str, str, int, str]:
         """(phase, file, line, module) of the op being dispatched; ``caller``:
@@ -609,6 +594,10 @@ class OpTracer:
             meta = self._out_meta[key] = f"{str(tensor.dtype).removeprefix('torch.')}{list(tensor.shape)}"
         return meta
 
+    def register_op_info(self, info) -> None:
+        """Record calls of ``info`` (an ``OpInfo`` look-alike passed to ``record`` as the op: a compiled graph's)."""
+        self._op_info[id(info)] = info
+
     def _info(self, func) -> OpInfo:
         info = self._op_info.get(id(func))
         if info is None:
@@ -616,8 +605,9 @@ class OpTracer:
         return info
 
     @never_compiled  # (also called from the compiled recorder, outside __torch_dispatch__)
-    def record(self, func, args, kwargs, caller):
-        """Run and record one op; ``caller``: the frame that dispatched it (None: no Python frame did)."""
+    def record(self, func, args, kwargs, caller, site: tuple | None = None):
+        """Run and record one op; ``caller``: the frame that dispatched it (None: no Python frame did);
+        ``site``: its (phase, file, line, module) when the caller knows better (a compiled graph's call)."""
         info = self._op_info.get(id(func)) or self._info(func)
         if info.untraced:
             return info.call(*args, **kwargs)
@@ -626,7 +616,8 @@ class OpTracer:
         record_index = len(self.records)
         if self._last_outputs is not None:
             self.note_forward_sites()
-        site = self._site(caller)
+        if site is None:
+            site = self._site(caller)
         if info.flat_args:
             flat_args = (*args, *kwargs.values()) if kwargs else args
         else:
@@ -727,6 +718,8 @@ class OpTracer:
                 self.captured[record_index] = full_capture(captured_inputs, out_tensors, flat_result)
                 if record_index == self.call_of:
                     self.captured[record_index]["call"] = call
+                if self.compiled_graphs is not None:
+                    self.captured[record_index].update(self.compiled_graphs.captured(info, captured_inputs))
             if len(self.captured) == len(self.capture_ops):
                 raise StopRun()  # everything asked for is captured: the rest of the run is not needed
         if len(self._staged) >= _STAGE_LIMIT:
@@ -788,6 +781,8 @@ class OpTracer:
             files["compile_calls"] = [
                 {"call": call, "path": path.removeprefix(cwd), "line": line} for call, path, line in self.compile_calls
             ]
+        if self.compiled_graphs is not None:
+            files["compiled"] = self.compiled_graphs.payload(cwd)
         if self.captured:
             capture_file = Path(output_dir) / "capture.pt"
             torch.save(self.captured, capture_file)

@@ -6,7 +6,8 @@ torch or setting, with it.
 trace, the first steps' tensors and the final state); ``explain.py`` says
 which environment differences explain a drift; ``precision.py`` finds, by
 value, the ops that round differently when the reference computed in
-another precision.  The runs themselves are
+another precision; ``eager.py`` finds the first compiled graph that
+departs from eager when the reference ran eagerly.  The runs themselves are
 ``runner.py``'s (and ``audit.py``'s in-process): the reference is run 1 of
 an audit whose trace was recorded elsewhere, and ``verdict/`` gives the
 verdict (identical, within-tolerance, drift).  May import ``compare`` and

@@ -35,6 +35,7 @@ from xml.etree import ElementTree
 
 from detaudit.dynamic.compare.causes import CauseKind, OtherSide
 from detaudit.dynamic.compare.divergence import Divergence
+from detaudit.dynamic.verdict.compiled import compiled_line, describe_inside_graph
 from detaudit.dynamic.verdict.tolerance import Tolerance
 from detaudit.findings import Finding, Severity
 
@@ -71,6 +72,8 @@ class RootCause:
     other_side: OtherSide | None = None  # control flow: what the other run did; RNG: where the state changed
     effect: str = FINAL_STATE  # FINAL_STATE or LATENT
     ranks: list[int] = field(default_factory=list)  # distributed runs: the ranks it was found on
+    # a compiled graph's call: the first node inside it that departs (verdict/compiled.py's describe_inside_graph)
+    inside_graph: dict | None = None
     # the record of run 1's trace whose tensors show it (-1: none; what --repro reruns)
     record: int = field(default=-1, repr=False)
 
@@ -94,11 +97,20 @@ class RootCause:
         data.pop("record")  # an index into a trace the report does not carry
         if not self.ranks:
             data.pop("ranks")
+        if self.inside_graph is None:
+            data.pop("inside_graph")
         if self.other_side is None:
             data.pop("other_side")
         else:
             data["other_side"] = self.other_side.to_dict()
         return data
+
+    def details(self) -> list[str]:
+        """What the report says of it beyond its row: what the other run did, what a bisection found inside its graph."""
+        details = [self.other_side.describe()] if self.other_side is not None else []
+        if self.inside_graph is not None:
+            details.append(describe_inside_graph(self.inside_graph))
+        return details
 
     def message(self) -> str:
         where = f" in {self.module}" if self.module else ""
@@ -108,8 +120,8 @@ class RootCause:
             text += " (latent: the difference vanished before the final state)"
         if self.max_abs_diff is not None:
             text += f", max |diff| {self.max_abs_diff:.3g}"
-        if self.other_side is not None:
-            text += f"; {self.other_side.describe()}"
+        for detail in self.details():
+            text += f"; {detail}"
         if self.hint:
             text += f". {self.hint}"
         return text
@@ -135,6 +147,8 @@ class RunReport:
     # fingerprint keys whose values differ between the runs -> the value of each run
     environment_differences: dict[str, list] = field(default_factory=dict)
     ranks: int = 0  # distributed runs: the ranks each run had on this node (0: one process)
+    # torch.compile: {"graphs", "calls", "graph_breaks", "graph_table"} of run 1 (verdict/compiled.py); None: none ran
+    compiled: dict | None = None
     # against a reference: what it is (``reference.folder.Reference.summary``), and the tolerance asked for
     reference: dict | None = None
     tolerance: Tolerance | None = None
@@ -190,6 +204,7 @@ class RunReport:
             "exit_code": self.exit_code,
             "environment_differences": self.environment_differences,
             **({"ranks": self.ranks} if self.ranks else {}),
+            **({"compiled": self.compiled} if self.compiled else {}),
             **({"reference": self.reference, "tolerance": str(self.tolerance) if self.tolerance else None,
                 "growth": self.growth} if self.reference is not None else {}),
         }
@@ -346,6 +361,8 @@ class RunReport:
                     f"{diff['fraction_differing']:.1%}",
                 ))
             console.print(table)
+        if self.compiled:
+            console.print(compiled_line(self.compiled), highlight=False, markup=False)
         for note in self.notes:
             console.print(f"note: {note}", highlight=False, markup=False)
         for warning in self.warnings:
@@ -500,7 +517,7 @@ def _details_by_text(causes: list[RootCause]) -> dict[str, list[RootCause]]:
     share a text once: a drift's roots all say the same."""
     grouped: dict[str, list[RootCause]] = {}
     for cause in causes:
-        details = [cause.fix] if cause.other_side is None else [cause.other_side.describe(), cause.fix]
+        details = [*cause.details(), cause.fix]
         grouped.setdefault(" ".join(details), []).append(cause)
     return grouped
 

@@ -83,7 +83,7 @@ struct Constants {
   PyObject* result_meta;  // _result_meta
   PyObject* user_files;  // watch._USER_FILES: filename -> is_user_file(filename)
   PyObject* is_user_file;  // watch.is_user_file
-  long resumable_code;  // tracer._RESUMABLE_CODE: code flags of generators and coroutines
+  long resumable_code;  // watcher.RESUMABLE_CODE: code flags of generators and coroutines
   PyObject *forward, *backward, *optimizer, *setup;  // phases
   PyObject *produced, *allocated, *external;  // leaf kinds
   PyObject *empty_str, *zero, *one, *uninit, *unread;
@@ -568,7 +568,7 @@ Ref user_frame(PyObject* start) {
   return Ref::borrow(Py_None);
 }
 
-// tracer._UserFrames.find(caller), on that object's state: the user frame
+// watcher.UserFrames.find(caller), on that object's state: the user frame
 // above the frame that dispatched an op, remembered for that frame unless a
 // resumable frame (generator, coroutine) lies between the two.
 Ref find_user_frame(PyObject* user_frames, PyObject* caller) {
