@@ -11,7 +11,9 @@
 #     upsample backward, EmbeddingBag(max) backward (each expected nondeterministic), a small
 #     ResNet step with cuDNN's defaults (either verdict: it depends on the algorithms cuDNN
 #     picks on that GPU; printed), and the same step under detaudit.deterministic() (expected
-#     deterministic).  Verdicts, root causes and deviations are printed.
+#     deterministic), and a torch.compile'd embedding step (Triton kernels; either verdict,
+#     printed with the graph and the node the bisection names).  Verdicts, root causes and
+#     deviations are printed.
 #
 # Steps 1-2 and step 4 run side by side (two lanes; none of them times anything), step 3 runs
 # alone afterwards so that its timings see an idle GPU.  Each lane's output is printed whole
@@ -106,6 +108,12 @@ for cause in report.get("root_causes", []):
     print(f"  {cause['kind']}: {cause['op']} at {cause['path']}:{cause['line']} ({cause['phase']}"
           f"{', ' + cause['module'] if cause['module'] else ''}) seen {cause['seen']}/{cause['pairs']} pairs"
           f", max |diff| {'-' if diff is None else f'{diff:.3g}'}")
+    inside = cause.get("inside_graph")
+    if inside:
+        print(f"    inside the graph: {inside.get('op', inside.get('error'))} at {inside.get('path')}:{inside.get('line')}"
+              f" ({inside.get('module')}), {inside.get('compiles')} compiles")
+if report.get("compiled"):
+    print(f"  compiled: {report['compiled']['graphs']} graphs, {report['compiled']['calls']} calls traced")
 for tensor in report.get("tensors", [])[:6]:
     print(f"  final {tensor['name']} {tensor['dtype']}{tensor['shape']}: max |diff| {tensor['max_abs_diff']:.3g}")
 sys.exit(0 if expected in ("any", report["verdict"]) else 1)
@@ -188,6 +196,8 @@ lane_audits() {
         step "compile the GPU fixtures" 30 "$PYTHON" -m py_compile fixtures/dynamic/cuda_*.py
         step "run (CPU): index_put_ backward" 100 audit index_put_backward.py nondeterministic "${run[@]}"
         step "run (CPU): deterministic MLP" 100 audit deterministic_mlp.py deterministic "${run[@]}"
+        step "run (CPU): compiled embedding step (Inductor C++)" 150 \
+            audit cuda_compiled_embedding.py any "${run[@]}" -- --device cpu
         return
     fi
     step "run: index_add_ message passing" 70 audit cuda_index_add.py nondeterministic "${run[@]}"
@@ -196,6 +206,7 @@ lane_audits() {
     step "run: ResNet step, cuDNN defaults" 70 audit cuda_resnet_step.py any "${run[@]}"
     step "run: ResNet step under detaudit.deterministic()" 70 \
         audit cuda_resnet_step.py deterministic "${run[@]}" -- --deterministic-block
+    step "run: compiled embedding step (Triton)" 150 audit cuda_compiled_embedding.py any "${run[@]}"
 }
 
 # -- the tracer's compiled recorder: built once, before the lanes trace (else they record in Python) --
