@@ -35,6 +35,7 @@ from torch.utils._python_dispatch import _disable_current_modes
 from detaudit.dynamic.compare.trace_format import graph_op_name
 from detaudit.knowledge.apis import INDUCTOR_AUTOTUNE_OPTIONS
 
+
 def unavailable_reason() -> str | None:
     """Why compiled graphs cannot be traced on this torch (None: they can)."""
     try:
@@ -42,7 +43,7 @@ def unavailable_reason() -> str | None:
         from torch._inductor.output_code import CompiledFxGraph
     except ImportError as error:  # a torch without Inductor
         return f"Inductor is not importable ({error})"
-    if not hasattr(compile_fx, "_compile_fx_inner") or not callable(getattr(CompiledFxGraph, "__call__", None)):
+    if not hasattr(compile_fx, "_compile_fx_inner") or "__call__" not in vars(CompiledFxGraph):
         return "this torch's Inductor has no _compile_fx_inner / CompiledFxGraph.__call__ to hook"
     return None
 
@@ -142,8 +143,9 @@ class CompiledGraphs:
     """The two hooks (see the module docstring), installed for the life of a traced run.
 
     ``keep_graphs``: hold each graph for a bisection (``graph_bisect.py``);
-    ``on_capture(graph, record_index, inputs, outputs)``: called when a graph
-    call the tracer captures has run (the bisection), its result stored with the capture."""
+    ``on_capture(graph, inputs) -> dict``: called when a graph call the tracer
+    captures has run, on copies of its inputs as they were before the call
+    (the bisection); its result is kept with the capture as ``inside_graph``."""
 
     def __init__(self, tracer, keep_graphs: bool = False, on_capture=None):
         self.tracer = tracer
@@ -177,9 +179,8 @@ class CompiledGraphs:
             if graphs.tracer.paused:  # detaudit's own compile (a bisection's prefix)
                 return original_inner(gm, example_inputs, **kwargs)
             kind = "backward" if kwargs.get("is_backward") else "inference" if kwargs.get("is_inference") else "forward"
-            # a copy: Inductor's passes rewrite gm in place
-            index = next(_graph_numbers)
-            graph = CompiledGraph(index, kind, gm, _copy_graph(gm) if graphs.keep_graphs else None)
+            # kept as a copy: Inductor's passes rewrite gm in place
+            graph = CompiledGraph(next(_graph_numbers), kind, gm, _copy_graph(gm) if graphs.keep_graphs else None)
             output = original_inner(gm, example_inputs, **kwargs)
             setattr(output, _GRAPH_ATTRIBUTE, graph)
             graphs.graphs[graph.name] = graph
@@ -214,8 +215,10 @@ class CompiledGraphs:
             inputs.clear()  # the boxed convention: the callee empties the caller's list, letting go of the inputs
         caller = sys._getframe(2)
         with _disable_current_modes():  # the graph's own kernels (and extern ops) are inside this one record
-            phase = tracer.site_of(caller)[0]
-            return tracer.record(info, arguments, {}, caller, site=(phase, *graph.site))
+            site = tracer.site_of(caller)  # the user line that called it: where its nodes name no line
+            if graph.site[1]:  # (a model of torch's own modules, nn.Sequential, has none)
+                site = (site[0], *graph.site)
+            return tracer.record(info, arguments, {}, caller, site=site)
 
     def captured(self, info, inputs: list) -> dict:
         """What the tracer keeps with a graph call's capture beyond its tensors:
