@@ -1,7 +1,8 @@
 """Time a torch.compile'd training step plain against the same step traced compiled (`detaudit run`'s default).
 
 The step: a compiled MLP with LayerNorm (forward and backward are one
-Inductor graph each) and an eager SGD update.  Traced, each graph call is
+Inductor graph each) and an eager SGD update (``--compile-optimizer``: a
+compiled one, so every op of the step runs in a graph).  Traced, each graph call is
 one record with the digests of what it reads and writes
 (``detaudit/dynamic/record/compiled_graphs.py``); the optimizer's ops are
 traced one by one as ever.  Plain and traced steps alternate in short blocks
@@ -45,12 +46,15 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=5)
     parser.add_argument("--width", type=int, default=512)
     parser.add_argument("--batch", type=int, default=256)
+    parser.add_argument("--compile-optimizer", action="store_true",
+                        help="compile the optimizer's step too: then every op of the step runs in a compiled graph")
     args = parser.parse_args()
 
     torch.manual_seed(0)
     net = model(args.width)
     compiled = torch.compile(net)
     optimizer = torch.optim.SGD(net.parameters(), lr=1e-3)
+    update = torch.compile(optimizer.step) if args.compile_optimizer else optimizer.step
     x, y = torch.randn(args.batch, args.width), torch.randn(args.batch, 16)
 
     def steps() -> float:
@@ -58,7 +62,7 @@ def main() -> None:
         for _ in range(args.steps):
             optimizer.zero_grad()
             nn.functional.mse_loss(compiled(x), y).backward()
-            optimizer.step()
+            update()
         return (time.perf_counter() - started) / args.steps
 
     def traced() -> float:
@@ -79,7 +83,8 @@ def main() -> None:
         traced_times.append(traced())
         ratios.append(traced_times[-1] / plain)
         plain_times.append(plain)
-    print(f"compiled step, width {args.width}, batch {args.batch}, {torch.get_num_threads()} threads, "
+    what = "compiled step and optimizer" if args.compile_optimizer else "compiled step (eager SGD, traced op by op)"
+    print(f"{what}, width {args.width}, batch {args.batch}, {torch.get_num_threads()} threads, "
           f"{args.rounds} rounds of {args.steps} steps")
     print(f"  plain compiled step        {statistics.median(plain_times) * 1e3:8.2f} ms")
     print(f"  traced compiled step       {statistics.median(traced_times) * 1e3:8.2f} ms")
