@@ -34,15 +34,17 @@ def line_of(script: str, marker: str) -> int:
     return number
 
 
-def audit(capsys, monkeypatch, script: str, args=(), faults: list[dict] = (), repeats: int = 2, jobs: int = 1) -> dict:
-    """`detaudit run SCRIPT --steps 1 --format json --jobs N`, the k-th fault injected in run k."""
+def audit(
+    capsys, monkeypatch, script: str, args=(), faults: list[dict] = (), repeats: int = 2, jobs: int = 1, options=()
+) -> dict:
+    """`detaudit run SCRIPT --steps 1 --format json --jobs N [options]`, the k-th fault injected in run k."""
     if faults:
         monkeypatch.setenv(FAULT_ENV, json.dumps([{**fault, "repeat": k} for k, fault in enumerate(faults, 1)]))
     else:
         monkeypatch.delenv(FAULT_ENV, raising=False)
     command = ["run", str(LOCALIZE / script), "--steps", "1", "--repeats", str(repeats), "--timeout", "300"]
     command += ["--jobs", str(jobs)]
-    command += ["--format", "json", "--strict"]  # a latent difference is localized and fails too
+    command += ["--format", "json", "--strict", *options]  # --strict: a latent difference is localized and fails too
     code = main([*command, "--", *args] if args else command)
     captured = capsys.readouterr()
     report = json.loads(captured.out)
@@ -161,11 +163,11 @@ def test_concurrent_runs_give_the_report_of_runs_one_at_a_time(capsys, monkeypat
     assert concurrent == one_at_a_time
 
 
-def test_a_compiled_model_is_audited_as_the_eager_code_it_runs(capsys, monkeypatch):
-    # with detaudit's dispatch modes active, torch.compile runs the model's Python eagerly (docs/dynamic.md,
-    # "torch.compile"): a perturbed op inside the compiled module is named like one in eager code
+def test_a_compiled_model_audited_with_eager_is_localized_as_the_eager_code_it_runs(capsys, monkeypatch):
+    # --eager: torch.compile runs the model's Python eagerly under the tracer (docs/compiled.md): a
+    # perturbed op inside the compiled module is named like one in eager code
     fault = {"op": "aten.gelu", "line": line_of("compiled.py", "forward-line")}
-    cause = only_cause(audit(capsys, monkeypatch, "compiled.py", faults=[fault]))
+    cause = only_cause(audit(capsys, monkeypatch, "compiled.py", faults=[fault], options=["--eager"]))
     expected = ("nondeterministic-op", "aten.gelu.default", "forward", line_of("compiled.py", "forward-line"))
     assert (cause["kind"], cause["op"], cause["phase"], cause["line"]) == expected
     assert cause["module"] == "compiled.1"  # the layer inside the compiled module, without the _orig_mod level

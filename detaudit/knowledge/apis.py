@@ -162,19 +162,11 @@ TRAINER_DEFAULTS_ARGUMENTS: dict[str, str] = {
     )
 }
 
-#: ``torch.compile`` modes that pick kernels by timing them (torch 2.13
-#: ``torch._inductor.list_mode_options``: max_autotune + coordinate_descent_tuning).
-COMPILE_AUTOTUNE_MODES = frozenset({"max-autotune", "max-autotune-no-cudagraphs"})
 #: Inductor options (``torch._inductor.config``) that benchmark candidate kernels
 #: and keep the fastest: DET017 looks for them in code, ``detaudit run`` reads
 #: them as each graph is compiled.
 INDUCTOR_AUTOTUNE_OPTIONS = frozenset(
     {"max_autotune", "max_autotune_gemm", "max_autotune_pointwise", "coordinate_descent_tuning"}
-)
-#: Environment variables that turn those options on ("1").
-INDUCTOR_AUTOTUNE_ENVIRONMENT = frozenset(
-    {"TORCHINDUCTOR_MAX_AUTOTUNE", "TORCHINDUCTOR_MAX_AUTOTUNE_GEMM",
-     "TORCHINDUCTOR_MAX_AUTOTUNE_POINTWISE", "TORCHINDUCTOR_COORDINATE_DESCENT_TUNING"}
 )
 
 #: Framework trainers: constructing one makes a file a training script.

@@ -9,17 +9,20 @@ from __future__ import annotations
 import libcst as cst
 
 from detaudit.findings import Severity
-from detaudit.knowledge.apis import (
-    COMPILE_AUTOTUNE_MODES,
-    INDUCTOR_AUTOTUNE_ENVIRONMENT,
-    INDUCTOR_AUTOTUNE_OPTIONS,
-    TRUTHY_ENVIRONMENT_VALUES,
-)
+from detaudit.knowledge.apis import INDUCTOR_AUTOTUNE_OPTIONS, TRUTHY_ENVIRONMENT_VALUES
 from detaudit.knowledge.backend_settings import backend_settings
 from detaudit.static.engine.facts import CallFact
 from detaudit.static.rule import Invalid, Rule
 
+#: ``torch.compile`` modes that pick kernels by timing them (torch 2.13
+#: ``torch._inductor.list_mode_options``: max_autotune + coordinate_descent_tuning).
+COMPILE_AUTOTUNE_MODES = frozenset({"max-autotune", "max-autotune-no-cudagraphs"})
 INDUCTOR_CONFIG = "torch._inductor.config"
+#: Environment variables that turn the autotuning options on ("1").
+INDUCTOR_AUTOTUNE_ENVIRONMENT = frozenset(
+    {"TORCHINDUCTOR_MAX_AUTOTUNE", "TORCHINDUCTOR_MAX_AUTOTUNE_GEMM",
+     "TORCHINDUCTOR_MAX_AUTOTUNE_POINTWISE", "TORCHINDUCTOR_COORDINATE_DESCENT_TUNING"}
+)
 
 _SETTINGS = backend_settings()
 #: Inductor options and variables that make it pick kernels without timing them.
