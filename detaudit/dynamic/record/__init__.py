@@ -15,6 +15,7 @@ state a run ends with).  ``features.py`` is how a launch asks for them
 (``Tracing``, ``ReplicaDigests``, ``SaveFinalState``): it and ``native/``'s
 build step import no torch; everything else here imports torch and runs in
 the audited process.  May import ``detaudit.launch`` (the watcher) and
-``detaudit.dynamic.compare.trace_format`` and ``detaudit.knowledge``; nothing here decides what a
+``detaudit.dynamic.compare``'s formats and tensor comparison
+(``trace_format``, ``state_diff.tensor_diff``) and ``detaudit.knowledge``; nothing here decides what a
 difference means (``detaudit.dynamic.compare`` does, without torch).
 """

@@ -29,6 +29,7 @@ import os
 import torch
 from torch.fx import Graph, GraphModule, Interpreter
 
+from detaudit.dynamic.compare.state_diff import tensor_diff
 from detaudit.dynamic.record.compiled_graphs import node_site
 
 REPLAYS = 3  # runs of a prefix compared in "replay": a race need not show in every pair
@@ -57,20 +58,6 @@ def bisector(against: str):
 
 def _is_tensor_node(node) -> bool:
     return isinstance(node.meta.get("val"), torch.Tensor)
-
-
-def _same(a: torch.Tensor, b: torch.Tensor) -> bool:
-    if a.shape != b.shape or a.dtype != b.dtype:
-        return False
-    if torch.equal(a, b):
-        return True
-    return a.is_floating_point() and bool(((a == b) | (a.isnan() & b.isnan())).all())
-
-
-def _max_abs_diff(a: torch.Tensor, b: torch.Tensor) -> float | None:
-    if not a.is_floating_point() or a.shape != b.shape:
-        return None
-    return float((a.double() - b.double()).abs().nan_to_num(0.0).max()) if a.numel() else 0.0
 
 
 class _Prefixes:
@@ -144,10 +131,11 @@ def first_departing_node(gm: GraphModule, inputs: list, against: str) -> dict:
         worst, departs = None, False
         for run in others:
             for node, a, b in zip(nodes, baseline, run):
-                if not _same(a, b):
+                diff = tensor_diff(node.name, a, b)  # bit for bit, as the traces compare
+                if diff is not None:
                     departs = True
                     if node is cut:
-                        worst = _max_abs_diff(a, b)
+                        worst = diff.max_abs_diff
         return departs, worst
 
     if not candidates:
