@@ -94,10 +94,20 @@ def test_nondeterministic_op_follows_a_calibrated_table(tmp_path, monkeypatch):
     assert finding.line == 3 and "will raise under deterministic mode on CUDA" in finding.message
 
 
-def test_default_mode_reports_each_op_once_per_file():
+def test_default_mode_locates_every_call_site_of_an_op():
     source = "import torch\nfor i in range(3):\n    a.index_add_(0, i, b)\nc.index_add_(0, j, d)\ne.scatter_add_(0, k, f)\n"
     findings = [f for f in check_source(source).findings if f.code == "DET020"]
-    assert [(f.line, "1 more call site" in f.message) for f in findings] == [(3, True), (5, False)]
+    assert [(f.line, f.message.partition(" (call site ")[2]) for f in findings] == [
+        (3, "1 of 2 in this file)."),
+        (4, "2 of 2 in this file)."),
+        (5, ""),
+    ]
+
+
+def test_each_call_site_is_suppressed_on_its_own_line():
+    source = "import torch\na.index_add_(0, i, b)  # detaudit: ignore[DET020]\nc.index_add_(0, j, d)\n"
+    findings = [f for f in check_source(source).findings if f.code == "DET020"]
+    assert [f.line for f in findings] == [3]
 
 
 def test_catalogue_a_rules_import_neither_torch_nor_numpy():

@@ -157,7 +157,8 @@ class NondeterministicOp(Rule):
             line=3,
             message="only a warning",
         ),
-        Invalid("import torch\nx.put_(index, values)\nx.put_(index2, values)\n", line=2, message="1 more call site"),
+        # each call site is its own finding, counted among its op's sites in the file
+        Invalid("import torch\nx.put_(index, values)\nx.put_(index2, values)\n", line=2, message="call site 1 of 2"),
         # gradients flow: a module's forward, a loss on predictions
         Invalid(
             "import torch\nimport torch.nn.functional as F\n\nclass Up(torch.nn.Module):\n    def forward(self, x):\n"
@@ -203,12 +204,14 @@ class NondeterministicOp(Rule):
                 self.report(call.node, self._raise_message(site, state.warn_only))
             elif "nothing" in match.deterministic_modes:
                 self.report(call.node, f"{match.spelling.display}{site.via}: {match.hint()}.")
-        # In default mode one switch fixes every site, so each op is reported once per file.
+        # Every call site is its own finding (ruff's way): each one is located, shown by code
+        # scanning and suppressible on its own line.  In default mode one switch fixes them
+        # all, so each message counts its op's sites in the file.
         for sites in pending.values():
-            call, match = sites[0].call, sites[0].match
-            others = len({id(site.call) for site in sites}) - 1
-            more = f" ({others} more call site{'s' if others > 1 else ''} in this file)" if others else ""
-            self.report(call.node, f"{match.spelling.display}{sites[0].via} is nondeterministic: {match.hint()}{more}.")
+            calls = list({id(site.call): site for site in sites}.values())
+            for number, site in enumerate(calls, 1):
+                count = f" (call site {number} of {len(calls)} in this file)" if len(calls) > 1 else ""
+                self.report(site.call.node, f"{site.match.spelling.display}{site.via} is nondeterministic: {site.match.hint()}{count}.")
 
     @staticmethod
     def _raise_message(site: OpSite, warn_only: bool) -> str:
