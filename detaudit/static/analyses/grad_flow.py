@@ -24,6 +24,11 @@ A gradient cannot pass:
 - **on input data before it enters a model**: outside a module's methods, a
   parameter or loop variable resized on its way into a model the function was
   handed (``inp = F.interpolate(samples, ...); model(inp)``);
+- **on a batch a data loader yields**: in ``for images, target in loader:``,
+  the loop's names, their items and fields (``batch["cond"]``), moved or
+  resized (multi-scale training resizes inputs and targets alike), unless the
+  loop asks for their gradient (``images.requires_grad_()``, adversarial
+  training);
 - **on tensors that carry no gradient**: registered buffers (``self.x`` after
   ``register_buffer("x", ...)``), tensors built from constants (``torch.arange``,
   ``torch.tensor`` without ``requires_grad=True``), detached or integer tensors
@@ -41,7 +46,7 @@ from dataclasses import dataclass, field
 
 import libcst as cst
 
-from detaudit.knowledge.apis import DATA_API_ALIASES
+from detaudit.knowledge.apis import DATA_API_ALIASES, DATALOADER
 from detaudit.static.engine.facts import CallFact, FileFacts, Scope
 from detaudit.static.engine.walk import child_nodes, walk
 
@@ -79,6 +84,13 @@ GRADIENT_PRESERVING_METHODS = frozenset(
     {"to", "cuda", "cpu", "float", "double", "half", "bfloat16", "view", "reshape", "unsqueeze", "squeeze",
      "clone", "contiguous", "expand", "expand_as", "permute", "transpose", "flatten", "type_as"}
 )
+#: Functions that resize, pad or flip a tensor without parameters: applied to a batch, the result is still data.
+DATA_SIDE_TRANSFORMS = frozenset(
+    {"torch.nn.functional.interpolate", "torch.nn.functional.upsample", "torch.nn.functional.upsample_bilinear",
+     "torch.nn.functional.upsample_nearest", "torch.nn.functional.pad", "torch.flip", "torch.roll"}
+)
+#: Wrappers of an iterable whose items are the wrapped iterable's (``enumerate(loader)``, ``tqdm(loader)``).
+ITERATION_WRAPPERS = frozenset({"enumerate", "zip", "iter", "tqdm", "tqdm.tqdm", "tqdm.auto.tqdm", "itertools.islice"})
 _MAX_DEPTH = 6
 
 
@@ -135,6 +147,7 @@ class GradFlow:
         self._buffers: frozenset[str] | None = None
         self._pipeline_names: frozenset[str] | None = None
         self._class_kinds: dict[str, str | None] = {}
+        self._loop_bodies: dict[int, _LoopBody] = {}
 
     # -- the question ------------------------------------------------------------
 
@@ -148,7 +161,72 @@ class GradFlow:
             or self._function_verdict(function)
             or (self._gradless(operand, function, 0) if operand is not None else None)
             or self._input_before_a_model(call, operand, function)
+            or (self._loader_batch(call, operand) if operand is not None else None)
         )
+
+    def _loader_batch(self, call: CallFact, operand: cst.BaseExpression) -> str | None:
+        """``for images, target in loader: target = F.interpolate(target, ...)``:
+        what a data loader yields never requires a gradient."""
+        name = self._batch_source(operand)
+        if name is None:
+            return None
+        for loop in reversed(call.scope.conditions):
+            if isinstance(loop, cst.For) and self._iterates_loader(loop.iter) and self._batch_name(name, loop, 0):
+                return f"`{name}` is a batch from a data loader: data, without a gradient"
+        return None
+
+    def _iterates_loader(self, iterable: cst.BaseExpression) -> bool:
+        """A DataLoader, or a name saying it is one (``train_loader``, ``self.val_dataloader``),
+        possibly wrapped (``enumerate(loader)``, ``tqdm(loader)``)."""
+        while isinstance(iterable, cst.Call):
+            callee = self.facts.names.resolve(iterable.func) or (iterable.func.value if isinstance(iterable.func, cst.Name) else None)
+            if DATA_API_ALIASES.get(callee, callee) == DATALOADER:
+                return True
+            if callee not in ITERATION_WRAPPERS or not iterable.args:
+                return False
+            iterable = iterable.args[0].value
+        name = iterable.attr.value if isinstance(iterable, cst.Attribute) else iterable.value if isinstance(iterable, cst.Name) else ""
+        if "loader" in name.lower():
+            return True
+        assigned = self.facts.simple_assignments.get(name, []) if isinstance(iterable, cst.Name) else []
+        return bool(assigned) and all(
+            isinstance(value, cst.Call) and DATA_API_ALIASES.get(resolved := self.facts.names.resolve(value.func), resolved) == DATALOADER
+            for value in assigned
+        )
+
+    def _batch_name(self, name: str, loop: cst.For, depth: int) -> bool:
+        """``name`` holds only what ``loop`` (over a loader) yields: bound by its target,
+        or assigned in its body from such names, their items, moves and resizes."""
+        if depth > _MAX_DEPTH:
+            return False
+        body = self._loop_bodies.get(id(loop))
+        if body is None:
+            body = self._loop_bodies[id(loop)] = _LoopBody.of(loop)  # the tree outlives this analysis: ids stay unique
+        if name in body.gradient_requested:
+            return False
+        bound = name in _names_in(loop.target)
+        sources = [self._batch_source(value) for value in body.assignments.get(name, [])]
+        if None in sources:
+            return False
+        others = [source for source in sources if source != name]
+        if not bound and not others:
+            return False
+        return all(self._batch_name(source, loop, depth + 1) for source in others)
+
+    def _batch_source(self, value: cst.BaseExpression) -> str | None:
+        """The name a value is taken from when it is that name's item, field, move or
+        data-side resize (``batch["image"]``, ``x.cuda()``, ``F.interpolate(x, ...)``)."""
+        while True:
+            if isinstance(value, cst.Name):
+                return value.value
+            if isinstance(value, (cst.Subscript, cst.Attribute)):
+                value = value.value
+            elif isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute) and value.func.attr.value in GRADIENT_PRESERVING_METHODS:
+                value = value.func.value
+            elif isinstance(value, cst.Call) and self.facts.names.resolve(value.func) in DATA_SIDE_TRANSFORMS and value.args:
+                value = value.args[0].value
+            else:
+                return None
 
     def _input_before_a_model(self, call: CallFact, operand: cst.BaseExpression | None, function: str | None) -> str | None:
         """``def multi_scale(samples, model): inp = F.interpolate(samples, ...); model(inp)``:
@@ -437,6 +515,28 @@ class GradFlow:
             if passed is None or self._gradless(passed, self._defining_function(site.scope.function), depth + 1) is None:
                 return None
         return f"every call of {function.rpartition('.')[2]}() passes `{name}` a tensor without a gradient"
+
+
+@dataclass
+class _LoopBody:
+    """Assignments in a ``for`` loop's body, and the names it asks gradients of."""
+
+    assignments: dict[str, list[cst.BaseExpression]] = field(default_factory=dict)
+    gradient_requested: set[str] = field(default_factory=set)
+
+    @classmethod
+    def of(cls, loop: cst.For) -> "_LoopBody":
+        found = cls()
+        for node, _ in _parents(loop.body).values():
+            if isinstance(node, cst.Assign):
+                for target in node.targets:
+                    if isinstance(target.target, cst.Name):
+                        found.assignments.setdefault(target.target.value, []).append(node.value)
+                    elif isinstance(target.target, cst.Attribute) and target.target.attr.value == "requires_grad":
+                        found.gradient_requested.update(_names_in(target.target.value))
+            elif isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) and node.func.attr.value == "requires_grad_":
+                found.gradient_requested.update(_names_in(node.func.value))
+        return found
 
 
 def _parents(root: cst.CSTNode) -> dict[int, tuple[cst.CSTNode, cst.CSTNode | None]]:

@@ -124,6 +124,12 @@ class NondeterministicOp(Rule):
         # test-time multi-scale resizing of the input before the model
         "import torch\nimport torch.nn.functional as F\n\ndef multi_scale(samples, model):\n"
         "    inp = F.interpolate(samples, scale_factor=0.5, mode='bilinear')\n    return model(inp)\n",
+        # multi-scale training resizes the batches a loader yields, inputs and targets alike: data, no gradient
+        "import torch.nn.functional as F\nfor images, target in train_loader:\n"
+        "    target = F.interpolate(target.cuda(), size=(256, 256), mode='bilinear')\n    loss = crit(model(images), target)\n",
+        # a conditioning image taken from the batch
+        "import torch.nn.functional as F\nfor step, batch in enumerate(dataloader):\n"
+        "    cond = batch['cond'].to(device)\n    loss = model(batch['x'], F.interpolate(cond, scale_factor=2, mode='bicubic')).mean()\n",
         # cuDNN algorithm choice is one cause per script: determinism-not-requested / cudnn-benchmark name it
         "import torch\nconv = torch.nn.Conv2d(3, 8, 3)\n",
         # a third-party layer whose traced run reaches no listed op
@@ -165,6 +171,18 @@ class NondeterministicOp(Rule):
             "        return F.interpolate(x, scale_factor=2, mode='bilinear')\n",
             line=6,
             message="(backward)",
+        ),
+        # a batch whose gradient the loop asks for (adversarial training) runs the backward
+        Invalid(
+            "import torch.nn.functional as F\nfor images, target in loader:\n    images.requires_grad_()\n"
+            "    loss = crit(model(F.interpolate(images, scale_factor=2, mode='bilinear')), target)\n",
+            line=4,
+        ),
+        # the model's output, resized inside the loop over the loader, carries the parameters' gradient
+        Invalid(
+            "import torch.nn.functional as F\nfor images, target in loader:\n    out = model(images)\n"
+            "    loss = crit(F.interpolate(out, size=target.shape[-2:], mode='bilinear'), target)\n",
+            line=4,
         ),
         Invalid("import torch\nfor obs, actions in batches:\n    q = model(obs).gather(1, actions)\n    q.sum().backward()\n", line=3),
         Invalid("import torch\n\nclass Expand(torch.nn.Module):\n    def forward(self, x):\n        return x.repeat_interleave(2, dim=0)\n", line=5),
