@@ -36,7 +36,10 @@ def test_dependencies_name_every_consulted_project_file_with_its_hash():
 def test_reexported_helper_records_both_modules():
     root = FIXTURE_PROJECT
     _, dependencies = _check(root, "pkg/train_reexport.py")
-    assert set(dependencies) == {str(root / "pkg" / "seeding" / "__init__.py"), str(root / "pkg" / "seeding" / "core.py")}
+    # ``from . import seeding`` also runs pkg/__init__.py, read for what it seeds on import
+    assert set(dependencies) == {
+        str(root / "pkg" / "__init__.py"), str(root / "pkg" / "seeding" / "__init__.py"), str(root / "pkg" / "seeding" / "core.py")
+    }
 
 
 def test_editing_the_helper_changes_the_result_of_the_script(tmp_path):
@@ -288,3 +291,26 @@ def test_an_entry_script_that_reaches_torch_only_through_project_modules_is_chec
     trained = check_file(tmp_path / "train.py", "train.py", tmp_path)
     assert "determinism-not-requested" in {f.name for f in trained.findings}
     assert not check_file(tmp_path / "helpers.py", "helpers.py", tmp_path).findings
+
+
+def test_a_project_module_that_seeds_when_imported_seeds_its_importer(tmp_path):
+    TRAINS = "torch.optim.SGD(model.parameters(), lr=0.1).step()\n"
+    write_project(
+        tmp_path,
+        {
+            "pyproject.toml": "",
+            "utils/__init__.py": "",
+            "utils/seeding.py": "import random\nimport numpy as np\nimport torch\n\nrandom.seed(0)\nnp.random.seed(0)\n"
+            "if __name__ == '__main__':\n    pass\ntorch.manual_seed(0)\n",
+            "utils/main_only.py": "import torch\n\nif __name__ == '__main__':\n    torch.manual_seed(0)\n",
+            "train.py": "import random\nimport numpy as np\nimport torch\nimport utils.seeding\n\n"
+            "model = torch.nn.Linear(3, 3)\nx = np.random.rand(3) * random.random()\n" + TRAINS,
+            "from_import.py": "import torch\nfrom utils import seeding\n\nmodel = torch.nn.Linear(3, 3)\n" + TRAINS,
+            "main_guard.py": "import torch\nimport utils.main_only\n\nmodel = torch.nn.Linear(3, 3)\n" + TRAINS,
+        },
+    )
+    findings, dependencies = _check(tmp_path, "train.py")
+    assert findings == [] and str(tmp_path / "utils" / "seeding.py") in dependencies
+    assert _check(tmp_path, "from_import.py")[0] == []
+    # the module's __main__ block does not run on import: nothing seeds torch
+    assert _check(tmp_path, "main_guard.py")[0] == [("missing-torch-seed", 4)]

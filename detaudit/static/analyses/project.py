@@ -518,6 +518,28 @@ class ModuleSummary:
             return trains, files | self.own_file
         return False, self.own_file
 
+    def import_time_seeds(self, depth: int = 0) -> Effects:
+        """The seeds importing this file makes: its module-level code outside the
+        ``__main__`` guard, and the project modules it imports in turn (a
+        ``utils/seeding.py`` that seeds on import).  Its draws are left out: an
+        importer is never asked to seed for them (precision)."""
+        return self._memoized("import", depth, lambda: self._import_time_seeds(depth))
+
+    def _import_time_seeds(self, depth: int) -> Effects:
+        own = combine(
+            self.call_effects(call, depth)
+            for call in self.calls_of(None)
+            if not call.scope.in_main_guard and self.off_by_default(call) is None
+        )
+        imported = self.imports_seeds(depth)
+        return Effects(seeds=own.seeds | imported.seeds, files=own.files | imported.files)
+
+    def imports_seeds(self, depth: int = 0) -> Effects:
+        """The seeds the project modules this file imports make when imported."""
+        if self.index is None:
+            return NOTHING
+        return combine(self.index.import_time_seeds(module, self.path, depth + 1) for module in self.facts.names.imported_modules)
+
     def export_effects(self, attribute: str, depth: int) -> Effects | None:
         """Effects of calling ``module.<attribute>`` from another module."""
         if attribute in self.facts.functions:
@@ -585,6 +607,17 @@ class ProjectIndex:
                 return Effects(files=frozenset({(str(path), digest)})) if digest else None
             return summary.export_effects(attribute, depth)
         return None
+
+    def import_time_seeds(self, module: str, importer: Path, depth: int = 0) -> Effects:
+        """The seeds importing ``module`` (as named in ``importer``) makes, when it is a project module."""
+        dots = len(module) - len(module.lstrip("."))
+        parts = tuple(part for part in module[dots:].split(".") if part)
+        if depth > MAX_DEPTH or (not dots and parts and parts[0] in sys.stdlib_module_names):
+            return NOTHING
+        for path, attribute in self._candidates((*parts, "*"), dots, importer):
+            summary = self.summary(path) if attribute == "*" else None  # else a name in a shorter module
+            return summary.import_time_seeds(depth) if summary is not None else NOTHING
+        return NOTHING
 
     def star_imported(self, name: str, modules: list[str], importer: Path) -> str | None:
         """``module.name`` for the first star-imported project module (``from utils

@@ -117,7 +117,10 @@ class SeedingState:
     def seeded(self) -> frozenset[str]:
         """RNGs seeded on some path that runs by default."""
         summary = self._summary
-        return frozenset(rng for call in self._context.facts.calls if summary.off_by_default(call) is None for rng in self._effects(call).seeds)
+        on_import = summary.imports_seeds()  # a project module that seeds when imported
+        self._context.dependencies.update(on_import.files)
+        in_calls = (rng for call in self._context.facts.calls if summary.off_by_default(call) is None for rng in self._effects(call).seeds)
+        return frozenset(in_calls) | on_import.seeds
 
     @cached_property
     def first_draw(self) -> dict[str, Draw]:

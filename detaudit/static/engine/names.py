@@ -47,30 +47,35 @@ class NameTable:
         #: modules star-imported (``from utils import *``) whose names cannot be listed
         #: here; the project index can look into the project's own
         self.star_modules: list[str] = []
+        #: every module an import statement names, fully (``import a.b``: ``a.b``;
+        #: ``from a import b``: ``a`` and ``a.b``, which may be a submodule): what importing runs
+        self.imported_modules: list[str] = []
 
     def add_import(self, node: cst.Import | cst.ImportFrom) -> None:
         if isinstance(node, cst.Import):
             for alias in node.names:
                 full = _module_name(alias.name)
+                self.imported_modules.append(full)
                 if alias.asname is not None:
                     self._bindings[_module_name(alias.asname.name)] = full
                 else:
                     top = full.split(".", 1)[0]
                     self._bindings[top] = top
             return
+        module = "." * len(node.relative) + _module_name(node.module)
+        self.imported_modules.append(module)
         if isinstance(node.names, cst.ImportStar):
-            module = "." * len(node.relative) + _module_name(node.module)
             if module in STAR_EXPORTS:
                 for name in STAR_EXPORTS[module]:
                     self._bindings[name] = f"{module}.{name}"
             else:
                 self.star_modules.append(module)
             return
-        module = "." * len(node.relative) + _module_name(node.module)
         for alias in node.names:
             imported = _module_name(alias.name)
             local = _module_name(alias.asname.name) if alias.asname is not None else imported
             separator = "" if module.endswith(".") or not module else "."
+            self.imported_modules.append(f"{module}{separator}{imported}")
             self._bindings[local] = f"{module}{separator}{imported}"
 
     def bind(self, local: str, qualified: str) -> None:
