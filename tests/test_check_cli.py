@@ -60,8 +60,9 @@ def test_json_shape_and_relative_paths(tmp_path):
     result = detaudit("check", "--format", "json", "--no-cache", "pkg", cwd=tmp_path)
     assert result.returncode == 1
     report = json.loads(result.stdout)
-    assert set(report) == {"version", "files_checked", "findings", "summary"}
+    assert set(report) == {"version", "files_checked", "project_roots", "findings", "summary"}
     assert report["files_checked"] == 1
+    assert report["project_roots"] == [{"path": str((tmp_path / "pkg").resolve()), "found_by": "the file's folder"}]
     (finding,) = report["findings"]
     assert {"code", "name", "severity", "path", "line", "column", "end_line", "end_column", "message", "fix_hint"} <= set(finding)
     assert finding["path"] == os.path.join("pkg", "train.py")

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import hashlib
 import shutil
+
+import pytest
 import sys
 from pathlib import Path
 
@@ -314,3 +316,65 @@ def test_a_project_module_that_seeds_when_imported_seeds_its_importer(tmp_path):
     assert _check(tmp_path, "from_import.py")[0] == []
     # the module's __main__ block does not run on import: nothing seeds torch
     assert _check(tmp_path, "main_guard.py")[0] == [("missing-torch-seed", 4)]
+
+
+# A repository as a zip download leaves it: no .git, no packaging; the entry script in tools/
+# puts lib/ on sys.path through an imported _init_paths module, and the config module sets
+# cuDNN's benchmark mode read through the entry script.
+SEGMENTATION_REPOSITORY = {
+    "tools/_init_paths.py": "import os.path as osp\nimport sys\n\n\ndef add_path(path):\n    if path not in sys.path:\n"
+    "        sys.path.insert(0, path)\n\n\nthis_dir = osp.dirname(__file__)\nadd_path(osp.join(this_dir, '..', 'lib'))\n",
+    "lib/config/__init__.py": "from .default import _C as config\n",
+    "lib/config/default.py": "from yacs.config import CfgNode as CN\n_C = CN()\n_C.CUDNN = CN()\n_C.CUDNN.BENCHMARK = True\n",
+    "lib/utils/__init__.py": "",
+    "lib/utils/seeding.py": "import torch\n\ndef seed_all(seed):\n    torch.manual_seed(seed)\n",
+    "tools/train.py": "import torch\nimport torch.backends.cudnn as cudnn\nimport _init_paths\nfrom config import config\n"
+    "from utils.seeding import seed_all\n\n\ndef main():\n    seed_all(304)\n    cudnn.benchmark = config.CUDNN.BENCHMARK\n"
+    "    model = torch.nn.Linear(3, 3)\n    torch.optim.SGD(model.parameters(), lr=0.1).step()\n\n\nmain()\n",
+}
+
+
+def _names(root: Path, name: str, project_root: Path) -> list[str]:
+    return sorted({f.name for f in check_file(root / name, name, project_root).findings})
+
+
+def test_folders_a_script_puts_on_sys_path_hold_its_project_modules(tmp_path):
+    write_project(tmp_path, SEGMENTATION_REPOSITORY)
+    # config values and the seeding helper come from lib/: benchmark found, no missing seed
+    assert _names(tmp_path, "tools/train.py", tmp_path / "tools") == ["cudnn-benchmark", "determinism-not-requested"]
+    (tmp_path / "tools" / "_init_paths.py").write_text("import sys\n")
+    assert "missing-torch-seed" in _names(tmp_path, "tools/train.py", tmp_path / "tools")
+
+
+@pytest.mark.parametrize(
+    "edit",
+    [
+        "sys.path.append(os.path.dirname(__file__) + '/../lib')",
+        "sys.path.insert(0, str(Path(__file__).resolve().parent.parent / 'lib'))",
+        "sys.path.insert(0, 'lib')",  # relative to the project root, where the script is started
+    ],
+)
+def test_path_edits_in_the_script_itself_are_followed(tmp_path, edit):
+    files = dict(SEGMENTATION_REPOSITORY)
+    files["pyproject.toml"] = ""
+    files["tools/train.py"] = files["tools/train.py"].replace("import _init_paths\n", f"import os\nimport sys\nfrom pathlib import Path\n{edit}\n")
+    write_project(tmp_path, files)
+    assert _names(tmp_path, "tools/train.py", tmp_path) == ["cudnn-benchmark", "determinism-not-requested"]
+
+
+@pytest.mark.parametrize(
+    ("files", "root", "found_by"),
+    [
+        ({"pyproject.toml": "", "requirements.txt": "", "tools/train.py": ""}, ".", "pyproject.toml"),
+        ({"requirements.txt": "", "tools/README.md": "", "tools/train.py": ""}, ".", "requirements.txt"),
+        ({"lib/models/__init__.py": "", "tools/train.py": "import torch\nfrom models import Net\n"}, ".", "imports lib/models"),
+        ({"utils.py": "", "tools/train.py": "import os\nimport utils\n"}, ".", "imports utils"),
+        ({"tools/train.py": "import torch\n"}, "tools", "the file's folder"),
+    ],
+)
+def test_the_project_root_without_version_control(tmp_path, files, root, found_by):
+    from detaudit.static.run.discovery import find_project_root
+
+    write_project(tmp_path / "repo", files)
+    found = find_project_root(tmp_path / "repo" / "tools" / "train.py")
+    assert (found.path, found.found_by) == ((tmp_path / "repo" / root).resolve(), found_by)

@@ -191,6 +191,7 @@ def _write_report(args: argparse.Namespace, check, config, selection) -> None:
                 messages=[*check.messages, *(f"warning: {w}" for w in check.warnings)],
                 errors=check.errors,
                 elapsed=check.elapsed,
+                project_roots=[{"path": str(root.path), "found_by": root.found_by} for root in check.roots],
             )
             json.dump(report, stream, indent=2)
             stream.write("\n")
@@ -227,8 +228,11 @@ def _open_output(path: Path):
 
 
 def _write_text(args: argparse.Namespace, check, stream) -> None:
+    from rich.markup import escape
+
     from detaudit.report.text import make_console, render_findings, summary_line
     from detaudit.static.engine.sources import split_lines
+    from detaudit.static.run.discovery import display_path
 
     console = make_console(stream)
     lines_cache: dict[str, list[str]] = {}
@@ -256,3 +260,7 @@ def _write_text(args: argparse.Namespace, check, stream) -> None:
         console.print(
             summary_line(check.files_checked, check.findings, len(check.suppressed), check.elapsed, len(check.errors))
         )
+        # project modules are resolved from the root: say which, where it is not the obvious one
+        for root in check.roots:
+            if root.path != Path.cwd().resolve():
+                console.print(f"[dim]Project root: {escape(display_path(root.path))} (found by {escape(root.found_by)})[/dim]")

@@ -17,12 +17,16 @@ def check_report(
     messages: Sequence[str],
     elapsed: float,
     errors: Sequence[str] = (),
+    project_roots: Sequence[dict] = (),
 ) -> dict:
     """``summary.errors`` lists what made the check incomplete (a path that does
-    not exist, an internal error): the command exits 2 when it is not empty."""
+    not exist, an internal error): the command exits 2 when it is not empty.
+    ``project_roots``: where the files' project modules were resolved from, and
+    what gave each root away (``{"path", "found_by"}``)."""
     return {
         "version": __version__,
         "files_checked": files_checked,
+        "project_roots": list(project_roots),
         "findings": [f.to_dict() for f in findings],
         "summary": {
             "findings": len(findings),

@@ -65,7 +65,9 @@ class FileContext:
         """The project index (what project-local helpers seed), shared per process."""
         from detaudit.static.analyses.project import project_index
 
-        return project_index(self.project_root)
+        index = project_index(self.project_root)
+        index.enter(self.path, self.facts)  # the search path a run of this file would have
+        return index
 
     @cached_property
     def analyses(self) -> "FileAnalyses":

@@ -45,6 +45,7 @@ from detaudit.knowledge.apis import (
     TORCH,
 )
 from detaudit.knowledge.layers import derived_layers
+from detaudit.static.analyses.module_paths import ModuleLocator, path_edits
 from detaudit.static.engine.facts import CallFact, FactCollector, FileFacts, StaticValue
 from detaudit.static.engine.limits import DEFAULT_FILE_TIME_BUDGET, TooComplex, without_complex_expressions
 from detaudit.static.engine.names import dotted_name
@@ -586,10 +587,29 @@ class ProjectIndex:
 
     root: Path
     _modules: OrderedDict[Path, _CachedModule] = field(default_factory=OrderedDict)
-    _locations: dict[tuple[Path, tuple[str, ...]], Path | None] = field(default_factory=dict)
     #: path -> ((mtime_ns, size), digest): re-hash a file only when it changed on disk
     _digests: dict[Path, tuple[tuple[int, int], str]] = field(default_factory=dict)
-    _folders: list[Path] | None = None  # the root's folders that are not packages (source roots)
+    locator: ModuleLocator = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.locator = ModuleLocator(self.root)
+
+    def enter(self, entry: Path, facts: FileFacts) -> None:
+        """Resolve imports as a run of ``entry`` would: with the folders its path
+        edits, and those of the project modules it imports (``_init_paths``), add
+        to ``sys.path``.  Answers learnt under another entry's search path are forgotten."""
+        search_path = path_edits(facts, entry, self.root)
+        for module in facts.names.imported_modules:
+            if not module.startswith("."):
+                for path, attribute in self._candidates((*module.split("."), "*"), 0, entry):
+                    summary = self.summary(path) if attribute == "*" else None
+                    if summary is not None:
+                        search_path += tuple(d for d in path_edits(summary.facts, path, self.root) if d not in search_path)
+        if search_path != self.locator.search_path:
+            self.locator.search_path = search_path
+            for cached in self._modules.values():
+                if cached.summary is not None:
+                    cached.summary.forget()
 
     def effects(self, qualname: str, importer: Path, depth: int = 0) -> Effects | None:
         """Effects of calling ``qualname`` (as resolved in ``importer``), when it names
@@ -650,8 +670,8 @@ class ProjectIndex:
     def module_of(self, qualname: str, importer: Path) -> tuple[Path, str] | None:
         """(project module file, attribute path in it) that ``qualname`` (as resolved in
         ``importer``) names, or None when it is not project code.  A module not found
-        next to the importer or at the root is looked for in the root's folders (a
-        script that puts ``lib/`` on ``sys.path``), when exactly one of them holds it."""
+        where the import system would look is looked for in the root's folders,
+        when exactly one of them holds it."""
         dots = len(qualname) - len(qualname.lstrip("."))
         parts = tuple(qualname[dots:].split("."))
         if not dots and parts[0] in sys.stdlib_module_names:
@@ -659,60 +679,10 @@ class ProjectIndex:
         found = next(self._candidates(parts, dots, importer), None)
         if found is not None or dots:
             return found
-        in_folders = {
-            candidate
-            for folder in self._source_folders()
-            for candidate in self._candidates_under(folder, parts)
-        }
-        return in_folders.pop() if len(in_folders) == 1 else None
-
-    def _source_folders(self) -> list[Path]:
-        if self._folders is None:
-            try:
-                self._folders = sorted(
-                    entry for entry in self.root.iterdir()
-                    if entry.is_dir() and not entry.name.startswith((".", "_")) and not (entry / "__init__.py").exists()
-                )
-            except OSError:
-                self._folders = []
-        return self._folders
-
-    def _candidates_under(self, base: Path, parts: tuple[str, ...]) -> Iterator[tuple[Path, str]]:
-        for split in range(len(parts) - 1, 0, -1):
-            path = self._module_file(base, parts[:split])
-            if path is not None:
-                yield path, ".".join(parts[split:])
-                return
+        return self.locator.in_source_folders(parts)
 
     def _candidates(self, parts: tuple[str, ...], dots: int, importer: Path) -> Iterator[tuple[Path, str]]:
-        """(module file, attribute path) for each way to split ``parts``; longest module first."""
-        if dots:
-            base = importer.parent
-            for _ in range(dots - 1):
-                base = base.parent
-            bases = [base]
-            shortest = 0  # ``from . import set_seed``: the package's __init__.py
-        else:
-            bases = list(dict.fromkeys([importer.parent, self.root, self.root / "src"]))
-            shortest = 1
-        for split in range(len(parts) - 1, shortest - 1, -1):
-            for base in bases:
-                path = self._module_file(base, parts[:split])
-                if path is not None and path != importer:
-                    yield path, ".".join(parts[split:])
-                    return
-
-    def _module_file(self, base: Path, module: tuple[str, ...]) -> Path | None:
-        key = (base, module)
-        if key not in self._locations:
-            stem = base.joinpath(*module)
-            found = None
-            for candidate in (stem.with_name(stem.name + ".py") if module else None, stem / "__init__.py"):
-                if candidate is not None and os.path.isfile(candidate):
-                    found = candidate
-                    break
-            self._locations[key] = found
-        return self._locations[key]
+        return self.locator.candidates(parts, dots, importer)
 
     def summary(self, path: Path) -> ModuleSummary | None:
         digest = self._digest(path)

@@ -19,7 +19,7 @@ from detaudit.static.context import FileResult
 from detaudit.static.engine.check import check_file
 from detaudit.static.run.cache import ResultCache, content_hash
 from detaudit.static.run.config import Config, RuleSelection, filter_findings
-from detaudit.static.run.discovery import discover, display_path, project_root_of
+from detaudit.static.run.discovery import ProjectRoot, discover, display_path, find_project_root, project_root_of
 
 #: Below this many files to parse, a process pool costs more than it saves.
 MIN_FILES_FOR_POOL = 16
@@ -35,6 +35,8 @@ class CheckRun:
     paths: dict[str, Path] = field(default_factory=dict)  # display path -> file
     warnings: list[str] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
+    #: the project roots the files' project modules were resolved from
+    roots: list[ProjectRoot] = field(default_factory=list)
 
     @property
     def files_checked(self) -> int:
@@ -55,8 +57,11 @@ def run_check(
     results: dict[Path, FileResult] = {}
     pending: list[tuple[Path, str, Path, float]] = []  # file, display path, project root, time budget
     content_hash_of: dict[Path, str] = {}
+    roots: dict[Path, ProjectRoot] = {}
     for path in files:
         shown = display_path(path)
+        project_root = find_project_root(path)
+        roots.setdefault(project_root.path, project_root)
         try:
             data = path.read_bytes()
         except OSError:
@@ -67,7 +72,7 @@ def run_check(
         if cached is not None:
             results[path] = cached
         else:
-            pending.append((path, shown, project_root_of(path), config.file_time_budget))
+            pending.append((path, shown, project_root.path, config.file_time_budget))
 
     for (path, *_), result in zip(pending, _check_all(pending, jobs)):
         results[path] = result
@@ -94,6 +99,7 @@ def run_check(
         paths={display_path(path): path for path in files},
         warnings=warnings,
         errors=errors,
+        roots=list(roots.values()),
     )
 
 

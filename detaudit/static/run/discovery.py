@@ -9,7 +9,10 @@ from __future__ import annotations
 import fnmatch
 import functools
 import os
+import re
 import stat
+import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
@@ -123,6 +126,28 @@ def _walk(directory: Path, ignores: GitignoreRules, excluded, warnings: list[str
             yield path
 
 
+#: Files that mark a project's root: packaging and version control.
+PROJECT_MARKERS = ("pyproject.toml", "setup.py", "setup.cfg", ".git", ".hg")
+#: What a training repository has at its top even without those (a zip download, a
+#: container build context, a copied folder).
+REPOSITORY_MARKERS = ("requirements.txt", "environment.yml", "environment.yaml", "Pipfile", "LICENSE", "LICENSE.md", "LICENSE.txt")
+#: Weaker still: a subfolder may have its own README (``tools/README.md``).
+README_MARKERS = ("README.md", "README.rst")
+#: How far above a file repository markers and its own top-level imports are looked for.
+MAX_IMPORT_LEVELS = 3
+#: The head of a script read for its imports (they sit at the top).
+MAX_IMPORT_SCAN_BYTES = 64 * 1024
+_TOP_LEVEL_IMPORT = re.compile(r"^[ \t]*(?:from[ \t]+([A-Za-z_]\w*)[\w.]*[ \t]+import\b|import[ \t]+([A-Za-z_]\w*))", re.MULTILINE)
+
+
+@dataclass(frozen=True)
+class ProjectRoot:
+    """The folder a file's project modules are resolved from, and what gave it away."""
+
+    path: Path
+    found_by: str  # a marker file ("pyproject.toml", "requirements.txt"), "imports NAME", or "the file's folder"
+
+
 def display_path(path: Path) -> str:
     """Paths are shown relative to the current directory when they are below it."""
     try:
@@ -132,15 +157,72 @@ def display_path(path: Path) -> str:
 
 
 def project_root_of(path: Path) -> Path:
-    """The nearest ancestor that looks like a project root (pyproject.toml, setup.py,
-    setup.cfg or .git), else the file's directory."""
-    directory = path if os.path.isdir(path) else path.parent
-    return _project_root_of_directory(directory.resolve())
+    return find_project_root(path).path
+
+
+def find_project_root(path: Path) -> ProjectRoot:
+    """The nearest ancestor with a packaging or version-control marker.  Without
+    one, the outermost of: the nearest ancestor with a repository marker
+    (``requirements.txt``, ``LICENSE``; else ``README.md``) and the nearest ancestor
+    holding a module a script imports that its own folder does not (``lib`` for
+    ``tools/train.py``), each looked for at most ``MAX_IMPORT_LEVELS`` above the
+    file (a home folder's README is no project's).  Else the file's folder."""
+    is_directory = os.path.isdir(path)
+    directory = (path if is_directory else path.parent).resolve()
+    marked = _marked_ancestor(directory, PROJECT_MARKERS, None)
+    if marked is not None:
+        return marked
+    candidates = [
+        found
+        for found in (
+            _marked_ancestor(directory, REPOSITORY_MARKERS, MAX_IMPORT_LEVELS) or _marked_ancestor(directory, README_MARKERS, MAX_IMPORT_LEVELS),
+            None if is_directory else _imports_ancestor(path, directory),
+        )
+        if found is not None
+    ]
+    if candidates:
+        return min(candidates, key=lambda root: len(root.path.parts))
+    return ProjectRoot(directory, "the file's folder")
 
 
 @functools.lru_cache(maxsize=None)
-def _project_root_of_directory(directory: Path) -> Path:
-    for candidate in (directory, *directory.parents):
-        if any(os.path.exists(candidate / marker) for marker in ("pyproject.toml", "setup.py", "setup.cfg", ".git")):
-            return candidate
-    return directory
+def _marked_ancestor(directory: Path, markers: tuple[str, ...], levels: int | None) -> ProjectRoot | None:
+    """The nearest of ``directory`` and its ancestors (at most ``levels`` above) holding a marker."""
+    for candidate in (directory, *directory.parents)[: None if levels is None else levels + 1]:
+        for marker in markers:
+            if os.path.exists(candidate / marker):
+                return ProjectRoot(candidate, marker)
+    return None
+
+
+def _imports_ancestor(path: Path, directory: Path) -> ProjectRoot | None:
+    """The nearest ancestor holding a top-level module the script imports, when its own folder does not."""
+    try:
+        with open(path, encoding="utf-8", errors="replace") as stream:
+            text = stream.read(MAX_IMPORT_SCAN_BYTES)
+    except OSError:
+        return None
+    names = {a or b for a, b in _TOP_LEVEL_IMPORT.findall(text)} - set(sys.stdlib_module_names)
+    names = {name for name in names if not _holds_module(directory, name)}
+    for candidate in list(directory.parents)[:MAX_IMPORT_LEVELS]:
+        # at the ancestor itself, or in one of its source folders (``lib/models``)
+        folders = [candidate, *(candidate / entry for entry in sorted(_listing(candidate)) if not entry.startswith((".", "_")) and os.path.isdir(candidate / entry))]
+        for folder in folders:
+            found = sorted(name for name in names if _holds_module(folder, name))
+            if found:
+                where = found[0] if folder == candidate else f"{folder.name}/{found[0]}"
+                return ProjectRoot(candidate, f"imports {where}")
+    return None
+
+
+def _holds_module(directory: Path, name: str) -> bool:
+    return os.path.isfile(directory / f"{name}.py") or os.path.isfile(directory / name / "__init__.py") or (
+        os.path.isdir(directory / name) and any(entry.endswith(".py") for entry in _listing(directory / name))
+    )
+
+
+def _listing(directory: Path) -> list[str]:
+    try:
+        return os.listdir(directory)
+    except OSError:
+        return []
