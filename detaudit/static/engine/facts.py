@@ -91,6 +91,9 @@ class CallFact:
     method: str | None  # attribute name for ``obj.method(...)`` calls
     order: int  # source order within the file
     scope: Scope
+    #: keyword arguments passed as a literal dictionary: ``Trainer(**{"benchmark": True})``, or
+    #: ``Trainer(**cfg)`` where ``cfg`` is assigned one dict literal (or ``dict(...)``) before
+    unpacked: dict[str, cst.BaseExpression] = field(default_factory=dict)
 
     def argument(self, keyword: str | None = None, position: int | None = None) -> cst.Arg | None:
         """The argument passed by ``keyword`` or at ``position`` (0-based)."""
@@ -109,6 +112,8 @@ class CallFact:
 
     def value_node(self, keyword: str | None = None, position: int | None = None) -> cst.BaseExpression | None:
         arg = self.argument(keyword, position)
+        if arg is None and keyword is not None:
+            return self.unpacked.get(keyword)
         return arg.value if arg is not None else None
 
     @property
@@ -433,11 +438,31 @@ class FactCollector(cst.BatchableCSTVisitor):
                     SettingWrite(qualified, value, statement, self._next_order(), self._scope(), "assign", target)
                 )
 
+    def _unpacked_keywords(self, node: cst.Call) -> dict[str, cst.BaseExpression]:
+        """Keyword arguments a call passes through ``**`` a literal dictionary."""
+        found: dict[str, cst.BaseExpression] = {}
+        for arg in node.args:
+            if arg.star != "**":
+                continue
+            value = arg.value
+            if isinstance(value, cst.Name):
+                assigned = self.facts.simple_assignments.get(value.value)
+                value = assigned[0] if assigned and len(assigned) == 1 else None
+            if isinstance(value, cst.Dict):
+                for element in value.elements:
+                    if isinstance(element, cst.DictElement):
+                        key = self.facts.evaluate(element.key).value
+                        if isinstance(key, str):
+                            found[key] = element.value
+            elif isinstance(value, cst.Call) and isinstance(value.func, cst.Name) and value.func.value == "dict":
+                found.update({a.keyword.value: a.value for a in value.args if a.keyword is not None})
+        return found
+
     def visit_Call(self, node: cst.Call) -> None:
         facts = self.facts
         qualname = facts.names.resolve(node.func)
         method = node.func.attr.value if isinstance(node.func, cst.Attribute) else None
-        call = CallFact(node, qualname, method, self._next_order(), self._scope())
+        call = CallFact(node, qualname, method, self._next_order(), self._scope(), self._unpacked_keywords(node))
         facts.calls.append(call)
         if qualname == "setattr" and len(node.args) == 3:
             owner = facts.names.resolve(node.args[0].value)

@@ -3,13 +3,18 @@
 from __future__ import annotations
 
 from detaudit.findings import Severity
-from detaudit.knowledge.apis import FRAMEWORK_BENCHMARK_OPTIONS, TRAINER_DEFAULTS_ARGUMENTS
+from detaudit.knowledge.apis import DETERMINISM_SWITCHES, FRAMEWORK_BENCHMARK_OPTIONS, TRAINER_DEFAULTS_ARGUMENTS
 from detaudit.static.analyses.determinism import trainer_default
 from detaudit.static.engine.facts import CallFact, StaticValue
 from detaudit.static.rule import Invalid, Rule
 
 #: The Lightning Trainer option that turns cuDNN autotuning on (also in ``trainer_defaults``)
 _LIGHTNING_BENCHMARK = FRAMEWORK_BENCHMARK_OPTIONS["lightning.pytorch.Trainer"]
+#: transformers ``TrainingArguments(tf32=True)`` sets ``torch.backends.cuda.matmul.allow_tf32``
+#: and ``torch.backends.cudnn.allow_tf32`` (its default, None, leaves torch's settings alone)
+_TF32_OPTIONS = {name: "tf32" for name, switch in DETERMINISM_SWITCHES.items() if switch.framework == "transformers TrainingArguments"}
+_TF32_EFFECT = "turns TF32 on for float32 matmuls and convolutions: results differ from float32 and between GPUs"
+_BENCHMARK_EFFECT = "turns cuDNN autotuning on: algorithm choice can differ between runs"
 
 
 class FrameworkDeterminismOff(Rule):
@@ -22,8 +27,10 @@ class FrameworkDeterminismOff(Rule):
         `torch.use_deterministic_algorithms(False)` (overriding any earlier
         request) and `Trainer(benchmark=True)` turns cuDNN autotuning on;
         transformers `TrainingArguments(full_determinism=False)` skips
-        `enable_full_determinism`.  These options hide in a config object far
-        from the training loop.  (A `seed=` drawn from the clock or the OS is
+        `enable_full_determinism`, and its `tf32=True` turns TF32 on for
+        float32 matmuls and convolutions.  These options hide in a config
+        object far from the training loop, or in a dictionary unpacked into the
+        call (`Trainer(**cfg)`).  (A `seed=` drawn from the clock or the OS is
         reported by entropy-seed.)
         """
     fix_hint = "Pass `deterministic=True` / `full_determinism=True` and leave `benchmark` off for runs that must reproduce."
@@ -42,6 +49,10 @@ class FrameworkDeterminismOff(Rule):
         Invalid("import torch, lightning as L\ntrainer = L.Trainer(deterministic=False, benchmark=True)\n", line=2, message="Lightning Trainer"),
         Invalid("import pytorch_lightning as pl\ntrainer = pl.Trainer(benchmark=True)\n", line=2, message="benchmark"),
         Invalid("import torch\nfrom transformers import TrainingArguments\nargs = TrainingArguments('out', full_determinism=False)\n", line=3),
+        Invalid("import torch\nfrom transformers import TrainingArguments\nargs = TrainingArguments('out', bf16=True, tf32=True)\n", line=3, message="TF32"),
+        # options passed as a literal dictionary
+        Invalid("import lightning as L\ncfg = {'max_epochs': 3, 'benchmark': True}\ntrainer = L.Trainer(**cfg)\n", line=2, message="benchmark=True"),
+        Invalid("import pytorch_lightning as pl\ntrainer = pl.Trainer(**{'deterministic': False})\n", line=2, message="deterministic=False"),
         # the Trainer LightningCLI builds gets these options unless the command line changes them
         Invalid("from lightning.pytorch.cli import LightningCLI\nLightningCLI(trainer_defaults={'benchmark': True})\n", line=2, message="benchmark=True"),
         Invalid("import torch\nfrom lightning.pytorch.cli import LightningCLI\nLightningCLI(trainer_defaults={'deterministic': False})\n", line=3),
@@ -61,21 +72,22 @@ class FrameworkDeterminismOff(Rule):
                     f"{request.framework}: {request.switch.argument}={request.enabled.describe()} turns deterministic algorithms off.",
                 )
         for call in facts.calls:
+            effect = _BENCHMARK_EFFECT
             option = FRAMEWORK_BENCHMARK_OPTIONS.get(call.qualname) if call.qualname else None
             if option is not None:
                 node = call.value_node(option)
             elif call.qualname in TRAINER_DEFAULTS_ARGUMENTS:
                 option = _LIGHTNING_BENCHMARK
                 node = trainer_default(call, option)
+            elif call.qualname in _TF32_OPTIONS:
+                option, effect = _TF32_OPTIONS[call.qualname], _TF32_EFFECT
+                node = call.value_node(option)
             else:
                 self._report_instantiated_benchmark(call)
                 continue
             value = self.analyses.values.evaluate(node, call.scope)
             if value.truthy:
-                self.report(
-                    node,
-                    f"{option}={value.describe()} turns cuDNN autotuning on: algorithm choice can differ between runs.",
-                )
+                self.report(node, f"{option}={value.describe()} {effect}.")
 
 
     def _report_instantiated_benchmark(self, call: CallFact) -> None:
@@ -84,4 +96,4 @@ class FrameworkDeterminismOff(Rule):
         option = FRAMEWORK_BENCHMARK_OPTIONS.get(built[0]) if built is not None else None
         if option is not None and built[1].get(option, StaticValue(False)).truthy:
             value = built[1][option]
-            self.report(call.node, f"{option}={value.describe()} turns cuDNN autotuning on: algorithm choice can differ between runs.")
+            self.report(call.node, f"{option}={value.describe()} {_BENCHMARK_EFFECT}.")
