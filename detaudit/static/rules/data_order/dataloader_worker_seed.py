@@ -15,7 +15,10 @@ everywhere).  This rule reports what still breaks:
   instance used by the file's code) with no ``worker_init_fn``: every worker
   draws the same "random" augmentations;
 - ``DistributedSampler`` shuffling without ``set_epoch`` (the same order every
-  epoch).  A sampler seeded from the rank is distributed-sampler-rank-seed's.
+  epoch);
+- a worker count that differs between machines (``num_workers=os.cpu_count()``)
+  while the workers draw random augmentation: torch seeds worker *i* with
+  base_seed + *i*, so the same run on another machine augments differently.  A sampler seeded from the rank is distributed-sampler-rank-seed's.
 
 Only datasets and samplers defined in the checked file are seen.
 """
@@ -53,6 +56,16 @@ RNG_INSTANCE_CONSTRUCTORS = frozenset(
     {"random.Random", "numpy.random.RandomState", "numpy.random.default_rng", "numpy.random.Generator"}
 )
 
+#: Counts that differ from machine to machine.  torch seeds DataLoader worker *i*
+#: with base_seed + *i* and deals batches to the workers in turn, so a worker count
+#: taken from them hands each batch's augmentation to another RNG stream on another machine.
+MACHINE_DEPENDENT_COUNTS = frozenset(
+    {"os.cpu_count", "multiprocessing.cpu_count", "os.sched_getaffinity", "psutil.cpu_count", "torch.cuda.device_count"}
+)
+#: Random augmentation classes, by the module they come from and their name (``transforms.RandomResizedCrop``).
+_RANDOM_TRANSFORM_MODULES = ("torchvision.transforms.", "torchvision.transforms.v2.", "albumentations.")
+_MAX_DEPTH = 4
+
 #: ``DataLoader(dataset, batch_size, shuffle, sampler, batch_sampler, num_workers, collate_fn, pin_memory, drop_last, timeout, worker_init_fn, ...)``
 _NUM_WORKERS = ("num_workers", 5)
 _WORKER_INIT_FN = ("worker_init_fn", 10)
@@ -79,7 +92,10 @@ class DataloaderWorkerSeed(Rule):
         `default_rng` instance), which forked workers inherit identically, so
         each worker repeats the same augmentations; and a `DistributedSampler`
         that shuffles without `set_epoch(epoch)` each epoch (the same order every
-        epoch).  A shuffling loader in a script that draws from the unseeded torch
+        epoch).  A worker count taken from the machine (`num_workers=os.cpu_count()`)
+        with random augmentation in the workers is reproducible on one machine
+        only: torch seeds worker i with base_seed + i and deals batches to the
+        workers in turn, so another count gives each batch another RNG stream.  A shuffling loader in a script that draws from the unseeded torch
         RNG anyway is named in that script's missing-torch-seed finding: one
         cause, one fix, one finding.  In a script that never trains (inference,
         evaluation, export) the order it evaluates in changes no result, as
@@ -87,7 +103,7 @@ class DataloaderWorkerSeed(Rule):
         """
     fix_hint = (
         "Pass `generator=torch.Generator().manual_seed(SEED)` (or seed torch); reseed non-torch RNGs in a "
-        "`worker_init_fn`; call `sampler.set_epoch(epoch)` every epoch."
+        "`worker_init_fn`; call `sampler.set_epoch(epoch)` every epoch; use a fixed `num_workers`."
     )
     VALID = (
         # the main torch RNG is seeded: shuffle order and worker seeds follow from it
@@ -110,6 +126,10 @@ class DataloaderWorkerSeed(Rule):
         "for batch in DataLoader(range(10), shuffle=True):\n    model(batch)\n",
         # a library helper: the calling script seeds
         "from torch.utils.data import DataLoader\ndef make_loader(ds):\n    return DataLoader(ds, shuffle=True)\n",
+        # a machine-dependent worker count whose workers draw nothing: the batches are the same
+        "import os, torch\nfrom torch.utils.data import DataLoader, Dataset\ntorch.manual_seed(0)\n"
+        "class Plain(Dataset):\n    def __getitem__(self, i):\n        return i\n"
+        "loader = DataLoader(Plain(), batch_size=8, num_workers=os.cpu_count())\n",
     )
     INVALID = (
         Invalid(
@@ -131,6 +151,22 @@ class DataloaderWorkerSeed(Rule):
             line=7,
             message="RNG",
         ),
+        # a machine-dependent worker count with random augmentation in the workers
+        Invalid(
+            "import os, random, torch\nfrom torch.utils.data import DataLoader, Dataset\ntorch.manual_seed(0)\n"
+            "class Jittered(Dataset):\n    def __getitem__(self, i):\n        return i + random.random()\n"
+            "loader = DataLoader(Jittered(), batch_size=8, num_workers=os.cpu_count())\n",
+            line=7,
+            message="not across machines",
+        ),
+        Invalid(
+            "import argparse, multiprocessing, torch\nimport torchvision.transforms as T\nfrom torch.utils.data import DataLoader\n"
+            "torch.manual_seed(0)\nparser = argparse.ArgumentParser()\n"
+            "parser.add_argument('--workers', type=int, default=min(8, multiprocessing.cpu_count()))\nargs = parser.parse_args()\n"
+            "augment = T.Compose([T.RandomResizedCrop(224), T.ToTensor()])\nloader = DataLoader(ds, num_workers=args.workers)\n",
+            line=9,
+            message="multiprocessing.cpu_count()",
+        ),
         Invalid(
             "import torch\nfrom torch.utils.data import DataLoader, DistributedSampler\ntorch.manual_seed(0)\n"
             "if __name__ == '__main__':\n    sampler = DistributedSampler(range(10))\n    loader = DataLoader(range(10), sampler=sampler)\n"
@@ -151,6 +187,7 @@ class DataloaderWorkerSeed(Rule):
             if kind == DATALOADER:
                 shuffles = facts.evaluate(call.value_node(*DATALOADER_SHUFFLE_PARAMETER)).truthy
                 self._unseeded_shuffle(call, "DataLoader(shuffle=True)", shuffles, _LOADER_GENERATOR)
+                self._machine_dependent_workers(call)
                 if self._starts_workers(call):
                     worker_rngs = self._unreseeded_worker_rngs() if worker_rngs is None else worker_rngs
                     if worker_rngs:
@@ -183,6 +220,72 @@ class DataloaderWorkerSeed(Rule):
             "the order (and the worker seeds) differ per run.",
             fix=seeded_loader_fix(self, call, generator_parameter, _WORKER_INIT_FN if generator_parameter == _LOADER_GENERATOR else None),
         )
+
+    def _machine_dependent_workers(self, call: CallFact) -> None:
+        """``num_workers=os.cpu_count()`` with random augmentation in the workers:
+        reproducible on one machine, not across machines."""
+        workers = call.value_node(*_NUM_WORKERS)
+        count = self._machine_dependent_count(workers, 0) if workers is not None else None
+        if count is None or not self.analyses.script.reaches(call):
+            return
+        draw = self._worker_draw(call)
+        if draw is not None:
+            self.report(
+                workers,
+                f"num_workers comes from {count}(), which differs between machines, and the workers draw random "
+                f"augmentation ({draw}): torch seeds worker i with base_seed + i and deals batches to the workers in "
+                "turn, so another worker count gives each batch another RNG stream: reproducible on one machine, "
+                "not across machines.",
+            )
+
+    def _machine_dependent_count(self, node: cst.BaseExpression, depth: int) -> str | None:
+        """The machine-dependent count ``node`` is computed from, following names
+        assigned once and command-line defaults (``args.workers``)."""
+        if depth > _MAX_DEPTH:
+            return None
+        facts = self.facts
+        if isinstance(node, cst.Call):
+            qualname = facts.names.resolve(node.func)
+            if qualname in MACHINE_DEPENDENT_COUNTS:
+                return qualname
+            return next(
+                (found for arg in node.args if (found := self._machine_dependent_count(arg.value, depth + 1))), None
+            ) if qualname in ("min", "max", "int", "len") else None
+        if isinstance(node, cst.BinaryOperation):
+            return self._machine_dependent_count(node.left, depth + 1) or self._machine_dependent_count(node.right, depth + 1)
+        if isinstance(node, cst.Name):
+            assigned = facts.simple_assignments.get(node.value)
+            return self._machine_dependent_count(assigned[0], depth + 1) if assigned and len(assigned) == 1 else None
+        if isinstance(node, cst.Attribute) and node.attr.value in facts.flags:
+            default = next((a.value for a in facts.flags[node.attr.value].node.args if a.keyword and a.keyword.value == "default"), None)
+            return self._machine_dependent_count(default, depth + 1) if default is not None else None
+        return None
+
+    def _worker_draw(self, call: CallFact) -> str | None:
+        """What draws random augmentation in the loader's workers: the dataset's
+        ``__getitem__`` (a class of this file or of a project module), or a random
+        transform this file builds."""
+        dataset = call.value_node("dataset", 0)
+        if isinstance(dataset, cst.Name):
+            assigned = self.facts.simple_assignments.get(dataset.value)
+            dataset = assigned[0] if assigned and len(assigned) == 1 else None
+        if isinstance(dataset, cst.Call):
+            name = dotted_name(dataset.func)
+            summary = self.analyses.rng_effects
+            if name in self.facts.classes:
+                effects = summary.function_effects(f"{name}.__getitem__") if f"{name}.__getitem__" in self.facts.functions else None
+            else:
+                qualname = self.facts.names.resolve(dataset.func)
+                effects = self.context.project.effects(f"{qualname}.__getitem__", self.context.path) if qualname else None
+            if effects is not None and effects.draws:
+                self.context.dependencies.update(effects.files)
+                return effects.draws[0][1]
+        for other in self.facts.calls:
+            qualname = other.qualname or ""
+            module, _, name = qualname.rpartition(".")
+            if name.startswith("Random") and f"{module}.".startswith(_RANDOM_TRANSFORM_MODULES):
+                return qualname
+        return None
 
     def _starts_workers(self, call: CallFact) -> bool:
         workers = self.facts.evaluate(call.value_node(*_NUM_WORKERS))
