@@ -176,6 +176,11 @@ def _conditions(node: Node) -> tuple[Condition, ...]:
     return tuple(_read_condition(item) for item in node.items(empty_ok=True))
 
 
+def _as_literal(value):
+    """A JSON value as the linter sees a call's literal (a list is a tuple: ``(1, 1)``)."""
+    return tuple(_as_literal(item) for item in value) if isinstance(value, list) else value
+
+
 def _read_condition(node: Node) -> Condition:
     tests = [test for test in CONDITION_TESTS if isinstance(node.value, dict) and test in node.value]
     if len(tests) != 1:
@@ -184,8 +189,8 @@ def _read_condition(node: Node) -> Condition:
     node.fields(("arg", test))
     arg = node["arg"].text()
     expected = node.value[test]
-    if test == "in":
-        expected = tuple(item.value for item in node["in"].items())
+    if test in ("in", "not_in"):
+        expected = tuple(_as_literal(item.value) for item in node[test].items())
     elif test in ("passed", "not_number") and expected is not True:
         node[test].fail("must be true")
     return Condition(arg, test, expected)

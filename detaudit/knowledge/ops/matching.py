@@ -68,9 +68,9 @@ def _same_literal(value: Any, expected: Any) -> bool:
 def condition_holds(condition: Condition, value: Any) -> bool | None:
     """True, False, or None when the value is unknown and it matters.
 
-    For ``equals``/``in`` an unknown value is undecided; for ``passed`` and
-    ``not_number`` an unknown expression counts as satisfied, since passing a
-    variable there is what the hazard needs."""
+    For ``equals``/``in`` an unknown value is undecided; for ``not_in``,
+    ``passed`` and ``not_number`` an unknown expression counts as satisfied,
+    since passing a variable there is what the hazard needs."""
     if value is MISSING:
         return False
     if condition.test in ("equals", "in"):
@@ -80,6 +80,8 @@ def condition_holds(condition: Condition, value: Any) -> bool | None:
         return any(_same_literal(value, choice) for choice in choices)
     if value is UNKNOWN:
         return True
+    if condition.test == "not_in":
+        return not any(_same_literal(value, choice) for choice in condition.expected)
     if condition.test == "passed":
         return value is not None
     return isinstance(value, bool) or not isinstance(value, (int, float, complex))

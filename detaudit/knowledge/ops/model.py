@@ -17,7 +17,7 @@ DEVICES = ("cpu", "cuda")
 PHASES = ("forward", "backward")
 SOURCE_KINDS = ("docs", "alert", "measurement", "source", "issue")
 SPELLING_KINDS = ("function", "module", "method")
-CONDITION_TESTS = ("equals", "in", "passed", "not_number")
+CONDITION_TESTS = ("equals", "in", "not_in", "passed", "not_number")
 
 # What torch.use_deterministic_algorithms(True) does to an op, worded for hints;
 # ``{where}`` becomes " on CUDA" when the answer differs between devices.
@@ -48,7 +48,7 @@ class Param:
 @dataclass(frozen=True)
 class Condition:
     """An argument condition of an entry: ``test`` is one of
-    ``equals``/``in`` (compare a literal), ``passed`` (given and not None) and
+    ``equals``/``in``/``not_in`` (compare a literal), ``passed`` (given and not None) and
     ``not_number`` (given and not a numeric literal); see
     :func:`detaudit.knowledge.ops.matching.condition_holds`."""
 
@@ -59,8 +59,8 @@ class Condition:
     def describe(self) -> str:
         if self.test == "equals":
             return f"{self.arg}={self.expected!r}"
-        if self.test == "in":
-            return f"{self.arg} in {{{', '.join(repr(v) for v in self.expected)}}}"
+        if self.test in ("in", "not_in"):
+            return f"{self.arg} {'in' if self.test == 'in' else 'not in'} {{{', '.join(repr(v) for v in self.expected)}}}"
         if self.test == "passed":
             return f"{self.arg}=..."
         return f"tensor {self.arg}"

@@ -146,13 +146,21 @@ def call_arguments(facts: FileFacts, call: CallFact) -> CallArguments:
     for arg in call.node.args:
         if arg.star:
             break
-        value = facts.evaluate(arg.value)
-        literal = value.value if value.known else UNKNOWN
+        literal = _literal(facts, arg.value)
         if arg.keyword is not None:
             keywords[arg.keyword.value] = literal
         else:
             positional.append(literal)
     return CallArguments(tuple(positional), keywords, call.has_star_args)
+
+
+def _literal(facts: FileFacts, node: cst.BaseExpression):
+    """A literal the table can compare with (a tuple or list of literals is a tuple), or UNKNOWN."""
+    if isinstance(node, (cst.Tuple, cst.List)):
+        items = tuple(_literal(facts, element.value) if not isinstance(element, cst.StarredElement) else UNKNOWN for element in node.elements)
+        return UNKNOWN if UNKNOWN in items else items
+    value = facts.evaluate(node)
+    return value.value if value.known else UNKNOWN
 
 
 def operand(site: OpSite) -> cst.BaseExpression | None:

@@ -48,7 +48,8 @@ class NondeterministicOp(Rule):
         enables deterministic algorithms, ops with a deterministic kernel are
         fine; ops without one are reported because they will raise.
 
-        Not reported: call sites whose hazard the code does not show (the
+        Not reported: adaptive average pooling to output size 1 (it runs as
+        a mean); call sites whose hazard the code does not show (the
         2-D-target NLL kernel behind `nll_loss`/`cross_entropy`, since 1-D class
         targets use a deterministic kernel; a tensor's dtype; duplicate
         indices), look-alike arguments (`interpolate(mode="nearest")`,
@@ -130,6 +131,8 @@ class NondeterministicOp(Rule):
         # a conditioning image taken from the batch
         "import torch.nn.functional as F\nfor step, batch in enumerate(dataloader):\n"
         "    cond = batch['cond'].to(device)\n    loss = model(batch['x'], F.interpolate(cond, scale_factor=2, mode='bicubic')).mean()\n",
+        # adaptive average pooling to 1x1 runs as a mean, whose backward only broadcasts
+        "import torch\npool = torch.nn.AdaptiveAvgPool2d((1, 1))\nhead = torch.nn.AdaptiveAvgPool3d(1)\n",
         # cuDNN algorithm choice is one cause per script: determinism-not-requested / cudnn-benchmark name it
         "import torch\nconv = torch.nn.Conv2d(3, 8, 3)\n",
         # a third-party layer whose traced run reaches no listed op
@@ -151,7 +154,7 @@ class NondeterministicOp(Rule):
         ),
         Invalid("import torch\nhist = torch.bincount(labels, weights=w)\n", line=2),
         Invalid("import torch\nmedians = torch.median(torch.tensor(xs, device='cuda'), dim=0)\n", line=2),
-        Invalid("import torch\npool = torch.nn.AdaptiveAvgPool2d(1)\n", line=2, message="CUDA"),
+        Invalid("import torch\npool = torch.nn.AdaptiveAvgPool2d((7, 7))\n", line=2, message="CUDA"),
         Invalid("import torch\nbag = torch.nn.EmbeddingBag(100, 8, mode='max')\n", line=2),
         Invalid(
             "import torch\ntorch.use_deterministic_algorithms(True)\nbag = torch.nn.EmbeddingBag(100, 8, mode='max')\n",
