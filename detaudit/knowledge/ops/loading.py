@@ -110,7 +110,7 @@ def _read_table(root: Node, origin: str) -> OpsTable:
 
 _ENTRY_KEYS = ("id", "summary", "spellings", "aten", "behaviours", "sources")
 _OPTIONAL_ENTRY_KEYS = (
-    "when", "static", "alerts", "recipe", "note", "measurements",
+    "when", "static", "certain_when", "alerts", "recipe", "note", "measurements",
     "one_thread_deterministic", "deterministic_settings", "replacement", "hazard_by_default",
 )
 
@@ -128,6 +128,9 @@ def _read_entry(node: Node) -> OpEntry:
         node["hazard_by_default"].fail("only an entry with `static` (a run-time choice) can name its default")
     settings = node.optional("deterministic_settings", lambda items: tuple(_setting_id(item) for item in items.items()), ())
     when = node.optional("when", _conditions, ())
+    certain_when = node.optional("certain_when", _conditions, ())
+    if certain_when and static is None:
+        node["certain_when"].fail("only an entry with `static` (a call site that cannot decide) needs evidence")
     spellings = tuple(_read_spelling(item, when) for item in node["spellings"].items())
     aten = tuple(_aten_name(item) for item in node["aten"].items())
     alerts = node.optional("alerts", lambda callers: callers.texts(empty_ok=True), ())
@@ -141,6 +144,7 @@ def _read_entry(node: Node) -> OpEntry:
         spellings=spellings,
         when=when,
         static=static,
+        certain_when=certain_when,
         aten=aten,
         alerts=alerts,
         behaviours=behaviours,
@@ -191,7 +195,7 @@ def _read_condition(node: Node) -> Condition:
     expected = node.value[test]
     if test in ("in", "not_in"):
         expected = tuple(_as_literal(item.value) for item in node[test].items())
-    elif test in ("passed", "not_number") and expected is not True:
+    elif test in ("passed", "not_number", "reshaped") and expected is not True:
         node[test].fail("must be true")
     return Condition(arg, test, expected)
 

@@ -17,7 +17,9 @@ DEVICES = ("cpu", "cuda")
 PHASES = ("forward", "backward")
 SOURCE_KINDS = ("docs", "alert", "measurement", "source", "issue")
 SPELLING_KINDS = ("function", "module", "method")
-CONDITION_TESTS = ("equals", "in", "not_in", "passed", "not_number")
+CONDITION_TESTS = ("equals", "in", "not_in", "passed", "not_number", "reshaped")
+#: Tensor methods whose result is the receiver with its dimensions moved (the ``reshaped`` test).
+RESHAPING_METHODS = ("transpose", "permute", "movedim", "moveaxis", "swapaxes", "swapdims")
 
 # What torch.use_deterministic_algorithms(True) does to an op, worded for hints;
 # ``{where}`` becomes " on CUDA" when the answer differs between devices.
@@ -48,7 +50,9 @@ class Param:
 @dataclass(frozen=True)
 class Condition:
     """An argument condition of an entry: ``test`` is one of
-    ``equals``/``in``/``not_in`` (compare a literal), ``passed`` (given and not None) and
+    ``equals``/``in``/``not_in`` (compare a literal), ``reshaped`` (the
+    argument is a ``.transpose()``/``.permute()``/``.movedim()`` result: only the
+    call site's text shows it), ``passed`` (given and not None) and
     ``not_number`` (given and not a numeric literal); see
     :func:`detaudit.knowledge.ops.matching.condition_holds`."""
 
@@ -63,6 +67,8 @@ class Condition:
             return f"{self.arg} {'in' if self.test == 'in' else 'not in'} {{{', '.join(repr(v) for v in self.expected)}}}"
         if self.test == "passed":
             return f"{self.arg}=..."
+        if self.test == "reshaped":
+            return f"{self.arg} with its dimensions moved"
         return f"tensor {self.arg}"
 
 
@@ -139,6 +145,8 @@ class OpEntry(HasBehaviours):
     spellings: tuple[Spelling, ...]
     when: tuple[Condition, ...]
     static: str | None  # why a call site alone cannot decide it, when it cannot
+    #: what a call site may show that decides ``static`` after all (any one of them)
+    certain_when: tuple[Condition, ...]
     aten: tuple[str, ...]
     alerts: tuple[str, ...]
     behaviours: tuple[Behaviour, ...]

@@ -8,7 +8,9 @@ whose nondeterminism a backend setting decides (cuDNN convolutions) as what
 that setting's one finding is about.
 
 Left out: matches that depend on what the call site does not show (a
-non-literal mode, a receiver that may not be a tensor), calls that cannot bind
+non-literal mode, a receiver that may not be a tensor, a loss's target shape
+unless ``ignore_index=255`` or a transposed input gives it away: the entry's
+``certain_when``), calls that cannot bind
 to the op's signature (``group.gather(outputs, inputs, opts)``), a class's own
 methods (``self.gather(...)``), and code under
 ``if torch.are_deterministic_algorithms_enabled():`` (the author handles
@@ -23,6 +25,7 @@ version the table was derived from.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from dataclasses import dataclass
 
@@ -31,7 +34,8 @@ import libcst as cst
 from detaudit.knowledge.backend_settings import backend_settings
 from detaudit.knowledge.layers import DerivedLayer, derived_layers
 from detaudit.knowledge.ops import UNKNOWN, CallArguments, OpMatch, OpsTable, load_ops_table
-from detaudit.knowledge.ops.model import Spelling
+from detaudit.knowledge.ops.matching import bound_argument, condition_holds
+from detaudit.knowledge.ops.model import RESHAPING_METHODS, Spelling
 from detaudit.knowledge.versions import installed_torch_version
 from detaudit.static.engine.facts import CallFact, FileFacts
 from detaudit.static.engine.walk import child_nodes
@@ -101,10 +105,31 @@ def find(facts: FileFacts) -> tuple[OpSite, ...]:
             continue
         if method is not None and not _may_be_tensor(facts, call.node.func.value):
             continue
-        for match in table.match_call(call.qualname, method, call_arguments(facts, call)):
+        arguments = call_arguments(facts, call)
+        for match in table.match_call(call.qualname, method, arguments):
+            if not match.certain and _shows_evidence(call, match, arguments):
+                match = dataclasses.replace(match, certain=True)
             if match.certain and _fits_signature(call, match):
                 found.append(OpSite(call, match))
     return tuple(found)
+
+
+def _shows_evidence(call: CallFact, match: OpMatch, arguments: CallArguments) -> bool:
+    """The call site shows what decides an entry the table calls statically
+    undecidable (``certain_when``): ``ignore_index=255`` or a transposed input
+    give away the N-d targets of a segmentation or detection loss."""
+    names = {param.name: param for param in match.spelling.params}
+    for condition in match.entry.certain_when:
+        param = names.get(condition.arg)
+        if param is None:
+            continue
+        if condition.test == "reshaped":
+            node = call.value_node(param.name, param.position)
+            if isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) and node.func.attr.value in RESHAPING_METHODS:
+                return True
+        elif condition_holds(condition, bound_argument(match.spelling, param.name, arguments)):
+            return True
+    return False
 
 
 def _layer_site(table: OpsTable, call: CallFact, layer: DerivedLayer) -> OpSite | None:

@@ -50,8 +50,10 @@ class NondeterministicOp(Rule):
 
         Not reported: adaptive average pooling to output size 1 (it runs as
         a mean); call sites whose hazard the code does not show (the
-        2-D-target NLL kernel behind `nll_loss`/`cross_entropy`, since 1-D class
-        targets use a deterministic kernel; a tensor's dtype; duplicate
+        N-d-target NLL kernel behind `nll_loss`/`cross_entropy`, since 1-D class
+        targets use a deterministic kernel, unless the call site gives the
+        targets away: `ignore_index=255`, the segmentation convention, or an
+        input transposed or permuted there; a tensor's dtype; duplicate
         indices), look-alike arguments (`interpolate(mode="nearest")`,
         `bincount` without weights), `.put()`-style names on objects that may
         not be tensors, and code under
@@ -131,6 +133,8 @@ class NondeterministicOp(Rule):
         # a conditioning image taken from the batch
         "import torch.nn.functional as F\nfor step, batch in enumerate(dataloader):\n"
         "    cond = batch['cond'].to(device)\n    loss = model(batch['x'], F.interpolate(cond, scale_factor=2, mode='bicubic')).mean()\n",
+        # per-pixel losses kept unreduced take no atomics
+        "import torch\nloss_map = torch.nn.CrossEntropyLoss(ignore_index=255, reduction='none')\n",
         # adaptive average pooling to 1x1 runs as a mean, whose backward only broadcasts
         "import torch\npool = torch.nn.AdaptiveAvgPool2d((1, 1))\nhead = torch.nn.AdaptiveAvgPool3d(1)\n",
         # cuDNN algorithm choice is one cause per script: determinism-not-requested / cudnn-benchmark name it
@@ -174,6 +178,13 @@ class NondeterministicOp(Rule):
             "        return F.interpolate(x, scale_factor=2, mode='bilinear')\n",
             line=6,
             message="(backward)",
+        ),
+        # the call site gives the N-d targets away: the segmentation convention, a transposed input
+        Invalid("import torch\ncriterion = torch.nn.CrossEntropyLoss(ignore_index=255)\n", line=2, message="atomicAdd in the reduction"),
+        Invalid(
+            "import torch.nn.functional as F\n\ndef loss_labels(logits, target_classes):\n"
+            "    return F.cross_entropy(logits.transpose(1, 2), target_classes)\n",
+            line=4,
         ),
         # a batch whose gradient the loop asks for (adversarial training) runs the backward
         Invalid(
