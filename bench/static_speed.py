@@ -23,7 +23,15 @@ loop, each less a run that only imports and warms up.  Slow (about 40x), so
 on a sample; the ratio of one-core CPU time that the timed rounds estimate
 with +-15% noise on a loaded 2-core machine.
 
+``--corpus DIR`` measures training code instead: each repository of
+``bench/corpus/corpus.toml``, checked out under DIR (see bench/corpus/README.md),
+whole (every ``.py`` file, at most ``--per-repo`` of them spread over the
+tree), checked in place from its root with the project index at work
+(``--no-cache --jobs 1``), against a bare parse of the same files; the ratio is
+printed per repository, with the median and the total.
+
     python bench/static_speed.py [--files 1000] [--package torch] [--jobs N] [--rounds N] [--instructions N]
+    python bench/static_speed.py --corpus /tmp/corpus [--per-repo 150] [--instructions N]
 """
 
 from __future__ import annotations
@@ -77,8 +85,9 @@ for text in texts:
         pass
 """,
     "check": """
+from detaudit.static.run.discovery import project_root_of
 for f in files:
-    check_file(f, f.name, root)
+    check_file(f, f.name, project_root_of(f))
 """,
 }
 
@@ -109,6 +118,64 @@ def run_detaudit(args: list[str], cwd: Path) -> tuple[float, float]:
     return time.perf_counter() - started, children_cpu() - cpu_before
 
 
+def corpus_repositories(root: Path, per_repo: int) -> list[tuple[str, Path, list[Path]]]:
+    """(name, checkout, its .py files) for each corpus repository checked out under ``root``."""
+    sys.path.insert(0, str(REPO / "bench"))
+    from corpus_eval import CORPUS, load_corpus
+
+    found = []
+    for repo in load_corpus(CORPUS):
+        checkout = root / repo.dir
+        if not checkout.is_dir():
+            continue
+        files = sorted(
+            path for path in checkout.rglob("*.py")
+            if not any(part.startswith(".") for part in path.relative_to(checkout).parts) and path.stat().st_size < 2 * 1024 * 1024
+        )
+        if files:
+            found.append((repo.name, checkout, files[:: max(1, len(files) // per_repo)][:per_repo]))
+    return found
+
+
+def bare_parse_cpu(texts: list[str]) -> float:
+    import libcst
+
+    started = time.process_time()
+    for text in texts:
+        try:
+            libcst.parse_module(text)
+        except Exception:
+            pass
+    return time.process_time() - started
+
+
+def training_corpus(root: Path, per_repo: int, sample: int | None) -> None:
+    """``--corpus``: the CPU ratio of a cold check to a bare parse, per repository."""
+    rows = []
+    for name, checkout, files in corpus_repositories(root, per_repo):
+        texts = [path.read_text(encoding="utf-8", errors="replace") for path in files]
+        bare = bare_parse_cpu(texts)
+        relative = [str(path.relative_to(checkout)) for path in files]
+        _, cpu = run_detaudit(["check", "--no-cache", "--no-config", "--jobs", "1", "--format", "json", "--exit-zero", *relative], checkout)
+        _, startup = run_detaudit(["check", "--no-cache", "--no-config", "--jobs", "1", "--exit-zero", "--select", "DET000", relative[0]], checkout)
+        lines = sum(text.count("\n") for text in texts)
+        rows.append((name, len(files), lines, bare, max(cpu - startup, 1e-9)))
+        print(f"{name:32s} {len(files):5d} files {lines:8,d} lines  parse {bare:6.2f} CPU-s  check {cpu - startup:6.2f} CPU-s  "
+              f"{(cpu - startup) / bare:5.2f}x", flush=True)
+    ratios = [check / bare for *_, bare, check in rows]
+    total_bare, total_check = sum(r[3] for r in rows), sum(r[4] for r in rows)
+    print(f"{len(rows)} repositories, {sum(r[1] for r in rows)} files: median {statistics.median(ratios):.2f}x, "
+          f"total {total_check / total_bare:.2f}x (check CPU less one interpreter start per repository; target <= 1.3x)")
+    if sample:
+        with tempfile.TemporaryDirectory() as scratch:
+            every = [(checkout, path) for _, checkout, files in corpus_repositories(root, per_repo) for path in files]
+            picked = every[:: max(1, len(every) // sample)][:sample]
+            counted = {work: instructions(work, Path(scratch), [path for _, path in picked]) for work in _COUNTED_WORK}
+        parse, check = (counted[work] - counted["nothing"] for work in ("parse", "check"))
+        print(f"instructions, {len(picked)} sample files: check / bare parse {check / parse:.3f}x "
+              f"({check / 1e9:.2f} / {parse / 1e9:.2f} G, callgrind; target <= 1.3x)")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--files", type=int, default=1000, help="how many source files (default 1000)")
@@ -117,7 +184,12 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=1, help="alternating bare-parse / cold-check rounds (default 1)")
     parser.add_argument("--instructions", type=int, metavar="N",
                         help="also count instructions (callgrind) of checking and parsing N sample files")
+    parser.add_argument("--corpus", type=Path, metavar="DIR", help="measure the training corpus checked out under DIR instead")
+    parser.add_argument("--per-repo", type=int, default=150, help="with --corpus: at most this many files per repository (default 150)")
     options = parser.parse_args()
+    if options.corpus is not None:
+        training_corpus(options.corpus, options.per_repo, options.instructions)
+        return
 
     files = corpus(options.package, options.files)
     with tempfile.TemporaryDirectory() as scratch:
@@ -131,23 +203,12 @@ def main() -> None:
             texts.append(target.read_text(encoding="utf-8", errors="replace"))
         lines = sum(t.count("\n") for t in texts)
 
-        import libcst
-
-        def bare_parse_cpu() -> float:
-            started = time.process_time()
-            for text in texts:
-                try:
-                    libcst.parse_module(text)
-                except Exception:
-                    pass
-            return time.process_time() - started
-
         check = ["check", "src", "--format", "json", "--exit-zero"]
         if options.jobs is not None:
             check += ["--jobs", str(options.jobs)]
         rounds = []  # (bare parse CPU-s, cold check wall-s, cold check CPU-s)
         for _ in range(options.rounds):
-            bare = bare_parse_cpu()
+            bare = bare_parse_cpu(texts)
             rounds.append((bare, *run_detaudit([*check, "--no-cache"], project)))
         bare_cpu = statistics.median(bare for bare, _, _ in rounds)
         cold_wall = statistics.median(wall for _, wall, _ in rounds)
