@@ -66,6 +66,9 @@ class Repo:
     dir: str
     #: the rules this repository was labelled for (empty: every rule); findings of other rules are not counted
     rules: tuple[str, ...] = ()
+    #: "tuned": the rules were tuned on it; "unseen": added (and labelled before detaudit ran on it)
+    #: to measure how the rules carry to code they were not tuned on
+    set: str = "tuned"
 
 
 @dataclass(frozen=True)
@@ -153,7 +156,10 @@ def load_corpus(path: Path) -> list[Repo]:
         if missing:
             raise CorpusError(f"{path}: repo {entry.get('name', '?')} lacks {', '.join(sorted(missing))}")
         repos.append(
-            Repo(entry["name"], entry["url"], entry["commit"], tuple(entry["files"]), entry.get("dir", entry["name"]), tuple(entry.get("rules", ())))
+            Repo(
+                entry["name"], entry["url"], entry["commit"], tuple(entry["files"]), entry.get("dir", entry["name"]),
+                tuple(entry.get("rules", ())), entry.get("set", "tuned"),
+            )
         )
     names = [r.name for r in repos]
     if len(set(names)) != len(names):
@@ -454,6 +460,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--clone-commands", action="store_true", help="print the git commands that bring the checkouts to ROOT, and exit")
     parser.add_argument("--skeletons", action="store_true", help="print a label line to fill in for every unlabelled finding")
     parser.add_argument("--tolerance", type=int, default=2, help="lines a finding may be off its label (default 2)")
+    parser.add_argument("--set", choices=("tuned", "unseen"), help="only the repositories of this set (unseen: labelled before the rules ran on them)")
     parser.add_argument("--corpus", type=Path, default=CORPUS)
     parser.add_argument("--labels", type=Path, default=LABELS)
     options = parser.parse_args(argv)
@@ -465,6 +472,8 @@ def main(argv: list[str] | None = None) -> int:
         labels = load_labels(options.labels, repos) if options.labels.exists() else []
         if options.repo:
             repos = [r for r in repos if r.name in options.repo]
+        if options.set:
+            repos = [r for r in repos if r.set == options.set]
     except CorpusError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2

@@ -130,3 +130,17 @@ def test_a_checkout_at_another_commit_is_reported_not_measured(one_repo_corpus, 
     out = capsys.readouterr().out
     assert status == 2
     assert "the labels are for 111111111111" in out
+
+
+def test_set_selects_the_repositories_labelled_before_the_rules_ran_on_them(tmp_path, capsys):
+    corpus = tmp_path / "corpus.toml"
+    corpus.write_text(
+        '[[repo]]\nname = "tuned"\nurl = "https://example.invalid/tuned"\ncommit = "a"\nfiles = ["train.py"]\n\n'
+        '[[repo]]\nname = "fresh"\nurl = "https://example.invalid/fresh"\ncommit = "b"\nfiles = ["train.py"]\nset = "unseen"\n'
+    )
+    options = [str(tmp_path / "root"), "--corpus", str(corpus), "--labels", str(tmp_path / "none.jsonl"), "--clone-commands"]
+    assert corpus_eval.main([*options, "--set", "unseen"]) == 0
+    assert "fresh" in capsys.readouterr().out
+    assert corpus_eval.main([*options, "--set", "tuned"]) == 0
+    out = capsys.readouterr().out
+    assert "tuned" in out and "fresh" not in out

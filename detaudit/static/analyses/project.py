@@ -519,27 +519,27 @@ class ModuleSummary:
             return trains, files | self.own_file
         return False, self.own_file
 
-    def import_time_seeds(self, depth: int = 0) -> Effects:
+    def import_time_seeds(self) -> Effects:
         """The seeds importing this file makes: its module-level code outside the
-        ``__main__`` guard, and the project modules it imports in turn (a
-        ``utils/seeding.py`` that seeds on import).  Its draws are left out: an
-        importer is never asked to seed for them (precision)."""
-        return self._memoized("import", depth, lambda: self._import_time_seeds(depth))
+        ``__main__`` guard (a ``utils/seeding.py`` that seeds on import).  Its
+        draws are left out: an importer is never asked to seed for them
+        (precision).  The modules it imports in turn are not followed: a
+        package's import graph can be most of a library."""
+        return self._memoized("import", 0, self._import_time_seeds)
 
-    def _import_time_seeds(self, depth: int) -> Effects:
+    def _import_time_seeds(self) -> Effects:
         own = combine(
-            self.call_effects(call, depth)
+            self.call_effects(call)
             for call in self.calls_of(None)
             if not call.scope.in_main_guard and self.off_by_default(call) is None
         )
-        imported = self.imports_seeds(depth)
-        return Effects(seeds=own.seeds | imported.seeds, files=own.files | imported.files)
+        return Effects(seeds=own.seeds, files=own.files)
 
-    def imports_seeds(self, depth: int = 0) -> Effects:
+    def imports_seeds(self) -> Effects:
         """The seeds the project modules this file imports make when imported."""
         if self.index is None:
             return NOTHING
-        return combine(self.index.import_time_seeds(module, self.path, depth + 1) for module in self.facts.names.imported_modules)
+        return combine(self.index.import_time_seeds(module, self.path) for module in self.facts.names.imported_modules)
 
     def export_effects(self, attribute: str, depth: int) -> Effects | None:
         """Effects of calling ``module.<attribute>`` from another module."""
@@ -602,7 +602,8 @@ class ProjectIndex:
         for module in facts.names.imported_modules:
             if not module.startswith("."):
                 for path, attribute in self._candidates((*module.split("."), "*"), 0, entry):
-                    summary = self.summary(path) if attribute == "*" else None
+                    edits = attribute == "*" and (_mentions(path, b"sys.path") or _mentions(path, b"addsitedir"))
+                    summary = self.summary(path) if edits else None
                     if summary is not None:
                         search_path += tuple(d for d in path_edits(summary.facts, path, self.root) if d not in search_path)
         if search_path != self.locator.search_path:
@@ -628,15 +629,23 @@ class ProjectIndex:
             return summary.export_effects(attribute, depth)
         return None
 
-    def import_time_seeds(self, module: str, importer: Path, depth: int = 0) -> Effects:
-        """The seeds importing ``module`` (as named in ``importer``) makes, when it is a project module."""
+    def import_time_seeds(self, module: str, importer: Path) -> Effects:
+        """The seeds importing ``module`` (as named in ``importer``) makes, when it is a
+        project module.  A module whose text never says "seed" is not parsed."""
         dots = len(module) - len(module.lstrip("."))
         parts = tuple(part for part in module[dots:].split(".") if part)
-        if depth > MAX_DEPTH or (not dots and parts and parts[0] in sys.stdlib_module_names):
+        if not dots and parts and parts[0] in sys.stdlib_module_names:
             return NOTHING
         for path, attribute in self._candidates((*parts, "*"), dots, importer):
-            summary = self.summary(path) if attribute == "*" else None  # else a name in a shorter module
-            return summary.import_time_seeds(depth) if summary is not None else NOTHING
+            if attribute != "*":
+                return NOTHING  # a name in a shorter module: that module is another import's
+            digest = self._digest(path)
+            if digest is None:
+                return NOTHING
+            if not _mentions(path, b"seed"):
+                return Effects(files=frozenset({(str(path), digest)}))
+            summary = self.summary(path)
+            return summary.import_time_seeds() if summary is not None else NOTHING
         return NOTHING
 
     def star_imported(self, name: str, modules: list[str], importer: Path) -> str | None:
@@ -737,6 +746,14 @@ class ProjectIndex:
             return None
         self._digests[path] = (key, digest)
         return digest
+
+
+def _mentions(path: Path, word: bytes) -> bool:
+    """Whether a project file's text holds ``word`` (a cheap test before parsing it)."""
+    try:
+        return word in path.read_bytes()
+    except OSError:
+        return False
 
 
 @lru_cache(maxsize=None)
