@@ -378,3 +378,25 @@ def test_the_project_root_without_version_control(tmp_path, files, root, found_b
     write_project(tmp_path / "repo", files)
     found = find_project_root(tmp_path / "repo" / "tools" / "train.py")
     assert (found.path, found.found_by) == ((tmp_path / "repo" / root).resolve(), found_by)
+
+
+def test_a_draw_in_the_default_object_a_project_class_builds_is_followed(tmp_path):
+    # improved-diffusion's shape: TrainLoop(schedule_sampler=None) falls back to a sampler
+    # whose sample() draws from NumPy every step
+    write_project(
+        tmp_path,
+        {
+            "pyproject.toml": "",
+            "sampler.py": "import numpy as np\n\nclass UniformSampler:\n    def sample(self, n):\n        return np.random.choice(10, size=(n,))\n",
+            "train_util.py": "from sampler import UniformSampler\n\nclass TrainLoop:\n"
+            "    def __init__(self, model, schedule_sampler=None):\n        self.model = model\n"
+            "        self.schedule_sampler = schedule_sampler or UniformSampler()\n\n"
+            "    def run_step(self, batch):\n        t = self.schedule_sampler.sample(4)\n        self.model(batch, t).mean().backward()\n",
+            "train.py": "import torch\nfrom train_util import TrainLoop\n\ntorch.manual_seed(0)\nmodel = torch.nn.Linear(4, 4)\n"
+            "opt = torch.optim.SGD(model.parameters(), lr=0.1)\nloop = TrainLoop(model)\nfor batch in range(3):\n"
+            "    loop.run_step(batch)\n    opt.step()\n",
+        },
+    )
+    findings, dependencies = _check(tmp_path, "train.py")
+    assert findings == [("missing-numpy-seed", 9)]
+    assert str(tmp_path / "sampler.py") in dependencies

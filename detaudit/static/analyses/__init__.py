@@ -6,7 +6,8 @@ about a file lives here, typed, and a rule reads it as ``self.analyses.<name>``:
 - ``script`` (``script.py``): does executing the file do work, does a run reach a call;
 - ``rng_effects`` (``project.py``, the project index): what each call does to the global RNGs,
   across the file and the project modules it imports (found as a run would find them:
-  ``module_paths.py`` reads the ``sys.path`` edits a script makes);
+  ``module_paths.py`` reads the ``sys.path`` edits a script makes; ``rng_apis.py`` knows what
+  library APIs do);
 - ``training`` (``script.py``): the call that makes the file a training script, if any;
 - ``run_order`` (``execution.py``): the calls a run reaches, in order (the
   statement walker every rule uses is there too);

@@ -37,7 +37,7 @@ import libcst as cst
 
 from detaudit.knowledge.apis import RANDOM_SAMPLER
 from detaudit.static.analyses.helpers import helper_calls
-from detaudit.static.analyses.project import (
+from detaudit.static.analyses.rng_apis import (
     SHUFFLING_LOADER,
     TORCH_RANDOM_TRANSFORM_PREFIXES,
     TORCH_RANDOM_TRANSFORMS,

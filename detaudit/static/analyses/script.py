@@ -25,7 +25,8 @@ import libcst as cst
 
 from detaudit.knowledge.apis import TRAINER_CLASSES
 from detaudit.static.analyses.execution import ENTRY_POINT_CALLS, Block, Runs, is_line, statements
-from detaudit.static.analyses.project import ModuleSummary, trains_here
+from detaudit.static.analyses.project import ModuleSummary
+from detaudit.static.analyses.rng_apis import trains_here
 from detaudit.static.engine.facts import CallFact, FileFacts
 
 

@@ -18,7 +18,8 @@ from typing import TYPE_CHECKING
 import libcst as cst
 
 from detaudit.knowledge.apis import SEEDING_CONSTRUCTORS
-from detaudit.static.analyses.project import SHUFFLING_LOADER, Effects, OffByDefault, initialises_weights
+from detaudit.static.analyses.project import OffByDefault
+from detaudit.static.analyses.rng_apis import SHUFFLING_LOADER, Effects, initialises_weights
 from detaudit.static.engine.facts import CallFact
 from detaudit.static.engine.walk import walk
 

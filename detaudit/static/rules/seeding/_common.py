@@ -10,7 +10,7 @@ import libcst as cst
 
 from detaudit.findings import Severity
 from detaudit.knowledge.apis import FIX_DEFAULT_SEED, NUMPY, PYTHON, RNG_LABELS, RNGS, SEEDING_FUNCTIONS, TORCH
-from detaudit.static.analyses.project import DATA_ORDER_DRAWS
+from detaudit.static.analyses.rng_apis import DATA_ORDER_DRAWS
 from detaudit.static.analyses.seeding import Draw
 from detaudit.static.engine.facts import CallFact
 from detaudit.static.engine.names import NameTable

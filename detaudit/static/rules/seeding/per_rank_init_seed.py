@@ -10,7 +10,7 @@ import libcst as cst
 from detaudit.findings import Severity
 from detaudit.knowledge.apis import SEED_PARAMETERS, TORCH
 from detaudit.static.analyses.distributed import callee_names, rank_identifiers
-from detaudit.static.analyses.project import Effects, initialises_weights
+from detaudit.static.analyses.rng_apis import Effects, initialises_weights
 from detaudit.static.engine.facts import CallFact
 from detaudit.static.engine.names import dotted_name
 from detaudit.static.rule import Invalid, Rule
