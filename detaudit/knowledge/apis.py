@@ -240,6 +240,8 @@ RNG_STATE_RESTORERS: dict[str, frozenset[str]] = {
 GENERATOR_KEYWORD = "generator"
 #: ``DataLoader(dataset, batch_size, shuffle, ...)``: where ``shuffle`` goes.
 DATALOADER_SHUFFLE_PARAMETER = ("shuffle", 2)
+#: ``DataLoader(..., worker_init_fn)``: what runs first in each worker process (keyword, position)
+DATALOADER_WORKER_INIT_PARAMETER = ("worker_init_fn", 10)
 
 # --- what ``detaudit check --fix`` inserts -----------------------------------------
 

@@ -28,7 +28,7 @@ from typing import Iterator
 
 import libcst as cst
 
-from detaudit.knowledge.apis import SEEDING_FUNCTIONS, TORCH
+from detaudit.knowledge.apis import DATA_API_ALIASES, DATALOADER, DATALOADER_WORKER_INIT_PARAMETER, SEEDING_FUNCTIONS, TORCH
 from detaudit.static.analyses.rng_apis import NOTHING, TORCH_RANDOM_LAYERS, Effects, api_effects, combine, draw, trains_here
 from detaudit.static.analyses.module_paths import ModuleLocator, path_edits
 from detaudit.static.engine.facts import CallFact, FactCollector, FileFacts, StaticValue
@@ -79,6 +79,7 @@ class ModuleSummary:
         self._in_progress: set[str] = set()
         self._orelse_calls: dict[int, frozenset[int]] = {}
         self._attributes_of: dict[str, dict[str, list[cst.BaseExpression]]] = {}
+        self._worker_init_calls: frozenset[int] | None = None
 
     # -- conditions ---------------------------------------------------------------
 
@@ -196,6 +197,29 @@ class ModuleSummary:
             return "class", name
         return None
 
+    @property
+    def worker_init_calls(self) -> frozenset[int]:
+        """Calls that run only in DataLoader workers: a ``worker_init_fn=`` lambda's,
+        or those of this file's function passed there.  What they seed is the
+        workers' RNGs (``worker_init_fn=lambda i: np.random.seed(i + int(time.time()))``
+        leaves the main process's NumPy unseeded)."""
+        if self._worker_init_calls is None:
+            found: set[int] = set()
+            functions: set[str] = set()
+            for call in self.facts.calls:
+                if DATA_API_ALIASES.get(call.qualname, call.qualname) != DATALOADER:
+                    continue
+                init = call.value_node(*DATALOADER_WORKER_INIT_PARAMETER)
+                if isinstance(init, cst.Lambda):
+                    collector = _CallIds()
+                    walk(init, [collector])
+                    found |= collector.ids
+                elif isinstance(init, cst.Name) and init.value in self.facts.functions:
+                    functions.add(init.value)
+            found |= {id(call.node) for call in self.facts.calls if call.scope.function in functions}
+            self._worker_init_calls = frozenset(found)
+        return self._worker_init_calls
+
     def calls_of(self, function: str | None) -> list[CallFact]:
         return self.calls_by_function.get(function, [])
 
@@ -242,10 +266,12 @@ class ModuleSummary:
             if self.off_by_default(call) is None
         )
 
-    @staticmethod
-    def as_run(call: CallFact, effects: Effects) -> Effects:
+    def as_run(self, call: CallFact, effects: Effects) -> Effects:
         """A call inside a ``lambda`` may never run: its seeds still count (precision:
-        never demand a seed that may be there), its draws do not."""
+        never demand a seed that may be there), its draws do not.  A call that runs
+        only in DataLoader workers does nothing to the main process's RNGs."""
+        if id(call.node) in self.worker_init_calls:
+            return Effects(files=effects.files)
         if call.scope.in_lambda and effects.draws:
             return Effects(seeds=effects.seeds, files=effects.files)
         return effects

@@ -120,7 +120,13 @@ class SeedingState:
         summary = self._summary
         on_import = summary.imports_seeds()  # a project module that seeds when imported
         self._context.dependencies.update(on_import.files)
-        in_calls = (rng for call in self._context.facts.calls if summary.off_by_default(call) is None for rng in self._effects(call).seeds)
+        workers_only = summary.worker_init_calls
+        in_calls = (
+            rng
+            for call in self._context.facts.calls
+            if id(call.node) not in workers_only and summary.off_by_default(call) is None
+            for rng in self._effects(call).seeds
+        )
         return frozenset(in_calls) | on_import.seeds
 
     @cached_property

@@ -32,6 +32,7 @@ from detaudit.knowledge.apis import (
     DATA_API_ALIASES,
     DATALOADER,
     DATALOADER_SHUFFLE_PARAMETER,
+    DATALOADER_WORKER_INIT_PARAMETER,
     DISTRIBUTED_SAMPLER,
     GENERATOR_KEYWORD,
     RANDOM_SPLIT,
@@ -68,7 +69,6 @@ _MAX_DEPTH = 4
 
 #: ``DataLoader(dataset, batch_size, shuffle, sampler, batch_sampler, num_workers, collate_fn, pin_memory, drop_last, timeout, worker_init_fn, ...)``
 _NUM_WORKERS = ("num_workers", 5)
-_WORKER_INIT_FN = ("worker_init_fn", 10)
 _LOADER_GENERATOR = (GENERATOR_KEYWORD, 12)
 #: ``random_split(dataset, lengths, generator)``
 _SPLIT_GENERATOR = (GENERATOR_KEYWORD, 2)
@@ -218,7 +218,7 @@ class DataloaderWorkerSeed(Rule):
             call.node,
             f"{what} draws its order from the torch RNG, which this file never seeds, and has no seeded generator=: "
             "the order (and the worker seeds) differ per run.",
-            fix=seeded_loader_fix(self, call, generator_parameter, _WORKER_INIT_FN if generator_parameter == _LOADER_GENERATOR else None),
+            fix=seeded_loader_fix(self, call, generator_parameter, DATALOADER_WORKER_INIT_PARAMETER if generator_parameter == _LOADER_GENERATOR else None),
         )
 
     def _machine_dependent_workers(self, call: CallFact) -> None:
@@ -291,7 +291,7 @@ class DataloaderWorkerSeed(Rule):
         workers = self.facts.evaluate(call.value_node(*_NUM_WORKERS))
         if not (workers.known and isinstance(workers.value, int) and workers.value > 0):
             return False
-        init = call.value_node(*_WORKER_INIT_FN)
+        init = call.value_node(*DATALOADER_WORKER_INIT_PARAMETER)
         return init is None or self.facts.evaluate(init).is_(None)
 
     def _unreseeded_worker_rngs(self) -> list[str]:

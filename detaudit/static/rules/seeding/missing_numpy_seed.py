@@ -30,4 +30,11 @@ class MissingNumpySeed(MissingSeed):
         Invalid("from numpy import random as npr\nimport torch\ntorch.manual_seed(0)\nnpr.shuffle([1, 2, 3])\n", line=4),
         # random.seed() without a value reseeds from the OS
         Invalid("import numpy\nnumpy.random.seed()\nx = numpy.random.rand(3)\n", line=3),
+        # a worker_init_fn seeds the workers' NumPy, never the main process's
+        Invalid(
+            "import numpy as np, torch\nfrom torch.utils.data import DataLoader\ntorch.manual_seed(0)\n"
+            "loader = DataLoader(ds, num_workers=2, worker_init_fn=lambda i: np.random.seed(i))\n"
+            "for batch in loader:\n    batch = batch * np.random.uniform()\n",
+            line=6,
+        ),
     )
