@@ -52,6 +52,11 @@ SEEDING_FUNCTIONS: dict[str, frozenset[str]] = {
             "torch_geometric.seed.seed_everything",
             "detaudit.seed_everything",
             "detaudit.runtime.seeding.seed_everything",
+            # libzero (Yandex Research's tabular-DL repositories)
+            "zero.set_randomness",
+            "zero.random.set_randomness",
+            "zero.improve_reproducibility",
+            "zero.random.improve_reproducibility",
         )
     },
     "keras.utils.set_random_seed": frozenset({NUMPY, PYTHON}),

@@ -11,7 +11,12 @@ loss on predictions: the usual case).
 A gradient cannot pass:
 
 - **where autograd is off**: inside ``with torch.no_grad():`` /
-  ``inference_mode()`` and in functions decorated with them;
+  ``inference_mode()`` and in functions decorated with them, and on what such
+  a block computed, used after it (``with torch.no_grad(): out = model(x)``
+  then ``F.interpolate(out, ...)``);
+- **in evaluation**: a function that puts a model in eval mode and runs no
+  backward pass (no ``.backward()``, ``.step()``, ``.train()``,
+  ``torch.autograd.grad``): a validation or test loop;
 - **in the data pipeline**: methods of dataset and loader classes (a
   ``torch.utils.data.Dataset`` subclass, or a class that is not an
   ``nn.Module`` and serves items or batches through ``__getitem__`` /
@@ -25,16 +30,16 @@ A gradient cannot pass:
   parameter or loop variable resized on its way into a model the function was
   handed (``inp = F.interpolate(samples, ...); model(inp)``);
 - **on a batch a data loader yields**: in ``for images, target in loader:``,
-  the loop's names, their items and fields (``batch["cond"]``), moved or
+  the loop's names, their items and fields (``batch["cond"]``), moved, cast or
   resized (multi-scale training resizes inputs and targets alike), unless the
   loop asks for their gradient (``images.requires_grad_()``, adversarial
   training);
 - **on tensors that carry no gradient**: registered buffers (``self.x`` after
   ``register_buffer("x", ...)``), tensors built from constants (``torch.arange``,
   ``torch.tensor`` without ``requires_grad=True``), detached or integer tensors
-  (``.detach()``, ``.long()``), names assigned only such values in the
-  function, and parameters of file-local functions that every call site passes
-  such a value.
+  (``.detach()``, ``.long()``), one-tensor functions of those
+  (``F.softmax(x)``), names assigned only such values in the function, and
+  parameters of file-local functions that every call site passes such a value.
 
 Only this file is read: a function called from another file's ``no_grad`` block
 is not known to be gradient-free here.
@@ -42,6 +47,7 @@ is not known to be gradient-free here.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import libcst as cst
@@ -89,6 +95,16 @@ DATA_SIDE_TRANSFORMS = frozenset(
     {"torch.nn.functional.interpolate", "torch.nn.functional.upsample", "torch.nn.functional.upsample_bilinear",
      "torch.nn.functional.upsample_nearest", "torch.nn.functional.pad", "torch.flip", "torch.roll"}
 )
+#: Functions of one tensor that keep its gradient-ness: ``x = F.softmax(x, dim=1)`` is as gradient-free as ``x`` was.
+GRADIENT_PRESERVING_FUNCTIONS = DATA_SIDE_TRANSFORMS | frozenset(
+    f"{module}.{name}"
+    for module in ("torch", "torch.nn.functional")
+    for name in ("softmax", "log_softmax", "sigmoid", "tanh", "relu", "normalize")
+)
+#: Methods that leave evaluation: a function calling one of them may train (``model.train()``, ``loss.backward()``).
+EVALUATION_ENDERS = frozenset({"train", "backward", "manual_backward", "step"})
+#: Functions that run a backward pass.
+AUTOGRAD_CALLS = frozenset({"torch.autograd.backward", "torch.autograd.grad"})
 #: Wrappers of an iterable whose items are the wrapped iterable's (``enumerate(loader)``, ``tqdm(loader)``).
 ITERATION_WRAPPERS = frozenset({"enumerate", "zip", "iter", "tqdm", "tqdm.tqdm", "tqdm.auto.tqdm", "itertools.islice"})
 _MAX_DEPTH = 6
@@ -105,18 +121,32 @@ class _Function:
     loop_targets: set[str] = field(default_factory=set)
     #: value node id -> the name it is assigned to
     target_of: dict[int, str] = field(default_factory=dict)
+    #: ids of the values assigned inside a ``no_grad()`` block (computed without a gradient)
+    assigned_without_grad: set[int] = field(default_factory=set)
 
 
 class _Assignments(cst.CSTVisitor):
-    def __init__(self, function: _Function) -> None:
+    def __init__(self, function: _Function, is_no_grad_block: Callable[[cst.With], bool]) -> None:
         super().__init__()
         self.function = function
+        self.is_no_grad_block = is_no_grad_block
+        self.no_grad_depth = 0
+
+    def visit_With(self, node: cst.With) -> None:
+        self.no_grad_depth += self.is_no_grad_block(node)
+
+    def leave_With(self, original_node: cst.With) -> None:
+        self.no_grad_depth -= self.is_no_grad_block(original_node)
 
     def visit_Assign(self, node: cst.Assign) -> None:
         for target in node.targets:
+            names = _names_in(target.target)
+            for name in names:
+                self.function.assignments.setdefault(name, []).append(node.value)
             if isinstance(target.target, cst.Name):
-                self.function.assignments.setdefault(target.target.value, []).append(node.value)
                 self.function.target_of[id(node.value)] = target.target.value
+            if names and self.no_grad_depth:
+                self.function.assigned_without_grad.add(id(node.value))
 
     def visit_AugAssign(self, node: cst.AugAssign) -> None:
         if isinstance(node.target, cst.Name):
@@ -148,6 +178,7 @@ class GradFlow:
         self._pipeline_names: frozenset[str] | None = None
         self._class_kinds: dict[str, str | None] = {}
         self._loop_bodies: dict[int, _LoopBody] = {}
+        self._calls_by_function: dict[str | None, list[CallFact]] | None = None
 
     # -- the question ------------------------------------------------------------
 
@@ -221,8 +252,8 @@ class GradFlow:
                 return value.value
             if isinstance(value, (cst.Subscript, cst.Attribute)):
                 value = value.value
-            elif isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute) and value.func.attr.value in GRADIENT_PRESERVING_METHODS:
-                value = value.func.value
+            elif isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute) and value.func.attr.value in GRADIENT_PRESERVING_METHODS | GRADLESS_METHODS:
+                value = value.func.value  # moved, viewed or cast (``target.long()``): still the batch
             elif isinstance(value, cst.Call) and self.facts.names.resolve(value.func) in DATA_SIDE_TRANSFORMS and value.args:
                 value = value.args[0].value
             else:
@@ -241,7 +272,7 @@ class GradFlow:
         name = operand.value
         if _parameter_position(local.node, name) is None and name not in local.loop_targets:
             return None
-        if any(not _derives_from(value, name) for value in local.assignments.get(name, [])):
+        if any(not self._derives_from(value, name) for value in local.assignments.get(name, [])):
             return None
         result = local.target_of.get(id(call.node))
         if result is None:
@@ -262,9 +293,12 @@ class GradFlow:
 
     def _no_grad_block(self, scope: Scope) -> str | None:
         for condition in scope.conditions:
-            if isinstance(condition, cst.With) and any(self._is_no_grad(item.item) for item in condition.items):
+            if isinstance(condition, cst.With) and self._is_no_grad_block(condition):
                 return "inside a no_grad()/inference_mode() block"
         return None
+
+    def _is_no_grad_block(self, block: cst.With) -> bool:
+        return any(self._is_no_grad(item.item) for item in block.items)
 
     def _is_no_grad(self, node: cst.BaseExpression) -> bool:
         callee = node.func if isinstance(node, cst.Call) else node
@@ -287,7 +321,7 @@ class GradFlow:
         if found is None:
             owner = name.rpartition(".")[0] or None
             found = _Function(self.facts.functions[name], owner if owner in self.facts.classes else None)
-            walk(found.node, [_Assignments(found)])  # read-only: libcst's visit would rebuild the function
+            walk(found.node, [_Assignments(found, self._is_no_grad_block)])  # read-only: libcst's visit would rebuild the function
             self._functions[name] = found
         return found
 
@@ -319,12 +353,30 @@ class GradFlow:
                 return f"{function.owner} is a transform of the data pipeline"
         elif short in self._data_pipeline_names():
             return f"{short}() is a collate function or transform of the data pipeline"
+        if self._evaluates(name):
+            return f"{short}() evaluates: it puts a model in eval mode and never calls backward()"
         sites = self._call_sites(name, function)
         if sites:
             reasons = [self._no_grad_block(site.scope) or self._function_verdict(self._defining_function(site.scope.function)) for site in sites]
             if all(reasons):
                 return f"{short}() is only called where no gradient flows ({reasons[0]})"
         return None
+
+    def _evaluates(self, name: str) -> bool:
+        """The function calls ``model.eval()``, never ``.train()``, and runs no
+        backward pass (``loss.backward()``, ``accelerator.backward(loss)``,
+        ``torch.autograd.grad``): a validation or test loop."""
+        if self._calls_by_function is None:
+            self._calls_by_function = {}
+            for call in self.facts.calls:
+                self._calls_by_function.setdefault(self._defining_function(call.scope.function), []).append(call)
+        methods = {call.method for call in self._calls_by_function.get(name, ()) if call.method is not None}
+        qualnames = {call.qualname for call in self._calls_by_function.get(name, ())}
+        return (
+            "eval" in methods
+            and not methods & EVALUATION_ENDERS
+            and not qualnames & AUTOGRAD_CALLS
+        )
 
     def _nested_verdict(self, scope_function: str | None, enclosing: str | None) -> str | None:
         """For code in a function nested in the file-level function ``enclosing``
@@ -470,6 +522,8 @@ class GradFlow:
             return None
         if isinstance(node, cst.Call):
             qualname = self.facts.names.resolve(node.func)
+            if qualname in GRADIENT_PRESERVING_FUNCTIONS and node.args:
+                return self._gradless(node.args[0].value, function, depth + 1)
             if qualname in CONSTANT_TENSOR_FACTORIES:
                 wants_grad = any(a.keyword is not None and a.keyword.value == "requires_grad" and not self.facts.evaluate(a.value).falsy for a in node.args)
                 return None if wants_grad else f"{qualname}() builds a tensor without a gradient"
@@ -488,19 +542,34 @@ class GradFlow:
                 return self._gradless(assigned[0], None, depth + 1)
         return None
 
+    def _derives_from(self, value: cst.BaseExpression, name: str) -> bool:
+        """``x.to(device)``, ``x.float().cuda()``, ``F.softmax(x, dim=1)``: the value is
+        ``name`` moved, viewed or transformed without adding a parameter."""
+        while True:
+            if isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute) and value.func.attr.value in GRADIENT_PRESERVING_METHODS:
+                value = value.func.value
+            elif isinstance(value, cst.Call) and value.args and self.facts.names.resolve(value.func) in GRADIENT_PRESERVING_FUNCTIONS:
+                value = value.args[0].value
+            else:
+                return isinstance(value, cst.Name) and value.value == name
+
     def _gradless_name(self, name: str, function: str, depth: int) -> str | None:
         local = self._function(function)
         if name in local.loop_targets:
             return None
         values = local.assignments.get(name, [])
         # ``x = x.to(device)`` keeps what ``x`` was; every other value must be gradless itself
-        other = [v for v in values if not _derives_from(v, name)]
+        other = [v for v in values if not self._derives_from(v, name)]
         position = _parameter_position(local.node, name)
         if position is None and not other:
             return None  # a global or a closure variable: not followed
         reasons = []
         for value in other:
-            reason = self._gradless(value, function, depth + 1)
+            reason = (
+                f"`{name}` is computed inside a no_grad()/inference_mode() block"
+                if id(value) in local.assigned_without_grad
+                else self._gradless(value, function, depth + 1)
+            )
             if reason is None:
                 return None
             reasons.append(reason)
@@ -549,13 +618,6 @@ def _parents(root: cst.CSTNode) -> dict[int, tuple[cst.CSTNode, cst.CSTNode | No
             parents[id(child)] = (child, node)
             stack.append(child)
     return parents
-
-
-def _derives_from(value: cst.BaseExpression, name: str) -> bool:
-    """``x.to(device)``, ``x.float().cuda()``: the value is ``name`` moved or viewed."""
-    while isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute) and value.func.attr.value in GRADIENT_PRESERVING_METHODS:
-        value = value.func.value
-    return isinstance(value, cst.Name) and value.value == name
 
 
 def _parameter_position(function: cst.FunctionDef, name: str) -> int | None:

@@ -130,6 +130,17 @@ class NondeterministicOp(Rule):
         # multi-scale training resizes the batches a loader yields, inputs and targets alike: data, no gradient
         "import torch.nn.functional as F\nfor images, target in train_loader:\n"
         "    target = F.interpolate(target.cuda(), size=(256, 256), mode='bilinear')\n    loss = crit(model(images), target)\n",
+        # a label map cast to float, resized and cast back: still the loader's data
+        "import torch.nn.functional as F\nfor i, (input, target) in enumerate(train_loader):\n"
+        "    target = F.interpolate(target.unsqueeze(1).float(), size=(64, 64), mode='bilinear').squeeze(1).long()\n",
+        # predictions computed under no_grad, resized after the block
+        "import torch\nimport torch.nn.functional as F\n\ndef predict(model, image):\n    with torch.no_grad():\n"
+        "        output = model(image)\n    output = F.interpolate(output, (512, 512), mode='bilinear')\n"
+        "    return F.softmax(output, dim=1)\n",
+        # a validation loop: the model in eval mode, no backward pass
+        "import torch.nn.functional as F\n\ndef validate(val_loader, model, criterion):\n    model.eval()\n"
+        "    for input, target in val_loader:\n        output = F.interpolate(model(input), size=(64, 64), mode='bilinear')\n"
+        "        loss = criterion(output, target)\n",
         # a conditioning image taken from the batch
         "import torch.nn.functional as F\nfor step, batch in enumerate(dataloader):\n"
         "    cond = batch['cond'].to(device)\n    loss = model(batch['x'], F.interpolate(cond, scale_factor=2, mode='bicubic')).mean()\n",
@@ -199,6 +210,13 @@ class NondeterministicOp(Rule):
             line=4,
         ),
         Invalid("import torch\nfor obs, actions in batches:\n    q = model(obs).gather(1, actions)\n    q.sum().backward()\n", line=3),
+        # a frozen teacher in eval mode does not make the student's step an evaluation
+        Invalid(
+            "import torch.nn.functional as F\n\ndef distill(student, teacher, images):\n    teacher.eval()\n"
+            "    out = F.interpolate(student(images), scale_factor=2, mode='bilinear')\n"
+            "    F.mse_loss(out, teacher(images)).backward()\n",
+            line=5,
+        ),
         Invalid("import torch\n\nclass Expand(torch.nn.Module):\n    def forward(self, x):\n        return x.repeat_interleave(2, dim=0)\n", line=5),
         # the nested function is also called where gradients flow
         Invalid(

@@ -9,7 +9,7 @@ from detaudit.knowledge.apis import RNG_LABELS, RNGS
 from detaudit.static.engine.facts import CallFact
 from detaudit.static.fixes.edits import Replace
 from detaudit.static.rule import Invalid, Rule
-from detaudit.static.rules.seeding._common import seeding_call
+from detaudit.static.rules.seeding._common import NON_TRAINING_SCRIPTS, seeding_call
 
 
 def seed_by_default_fix(rule: Rule, condition: cst.If, seeding: CallFact, rngs: frozenset[str]) -> Replace | None:
@@ -34,7 +34,7 @@ class ConditionalSeed(Rule):
         run that does not pass the flag: which is most runs, and every run of
         someone who did not read the code.  Results then differ from run to run
         although the code looks seeded.
-        """
+        """ + NON_TRAINING_SCRIPTS
     fix_hint = "Give the seed a default (`add_argument('--seed', type=int, default=0)`) or seed unconditionally."
     VALID = (
         "import argparse, torch\np = argparse.ArgumentParser()\np.add_argument('--seed', type=int, default=0)\n"
@@ -43,17 +43,24 @@ class ConditionalSeed(Rule):
         "if args.seed is not None:\n    torch.manual_seed(args.seed)\nelse:\n    torch.manual_seed(0)\n",
         # an unknown condition is not assumed to be off
         "import os, random\nif os.environ.get('SEED'):\n    random.seed(int(os.environ['SEED']))\n",
+        # an evaluation script: its only draws build the model whose weights the checkpoint replaces
+        "import argparse, torch\np = argparse.ArgumentParser()\np.add_argument('--seed', type=int)\nargs = p.parse_args()\n"
+        "if args.seed is not None:\n    torch.manual_seed(args.seed)\nmodel = torch.nn.Linear(4, 2)\n"
+        "model.load_state_dict(torch.load('best.pt'))\nwith torch.no_grad():\n    print(model(torch.ones(1, 4)))\n",
+        "import os, random\nif os.environ.get('SEED'):\n    random.seed(int(os.environ['SEED']))\n",
     )
     INVALID = (
         Invalid(
             "import argparse, random, torch\np = argparse.ArgumentParser()\np.add_argument('--seed', default=None, type=int)\n"
-            "args = p.parse_args()\nif args.seed is not None:\n    random.seed(args.seed)\n    torch.manual_seed(args.seed)\n",
+            "args = p.parse_args()\nif args.seed is not None:\n    random.seed(args.seed)\n    torch.manual_seed(args.seed)\n"
+            "model = torch.nn.Linear(4, 2)\nmodel(torch.ones(1, 4)).sum().backward()\n",
             line=6,
             message="default of --seed",
         ),
         Invalid(
             "import argparse, torch\np = argparse.ArgumentParser()\np.add_argument('--deterministic', action='store_true')\n"
-            "args = p.parse_args()\nif args.deterministic:\n    torch.manual_seed(0)\n",
+            "args = p.parse_args()\nif args.deterministic:\n    torch.manual_seed(0)\n"
+            "model = torch.nn.Linear(4, 2)\nmodel(torch.ones(1, 4)).sum().backward()\n",
             line=6,
         ),
     )
@@ -61,7 +68,11 @@ class ConditionalSeed(Rule):
     def finish(self) -> None:
         seeding = self.analyses.seeding
         for off in seeding.off_by_default:
-            unseeded = [rng for rng in RNGS if rng in off.rngs and rng not in seeding.seeded]
+            unseeded = [
+                rng
+                for rng in RNGS
+                if rng in off.rngs and rng not in seeding.seeded and (seeding.trains or rng in seeding.first_draw)
+            ]
             if not unseeded:
                 continue
             condition = off.condition

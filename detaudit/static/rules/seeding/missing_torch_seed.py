@@ -26,6 +26,7 @@ class MissingTorchSeed(MissingSeed):
         # seeding through a known third-party helper
         "import lightning as L\nimport torch\nL.seed_everything(42)\nx = torch.randn(3)\n",
         "from transformers import set_seed\nimport torch\nset_seed(0)\nnoise = torch.rand(3)\n",
+        "import torch\nimport zero\nzero.set_randomness(0)\nmodel = torch.nn.Embedding(10, 4)\n",
         # seeding in the file's own helper, called from the main guard
         "import torch\nfrom torch import nn\n\ndef set_seed(seed):\n    torch.manual_seed(seed)\n\n"
         "def main():\n    set_seed(1)\n    model = nn.Linear(2, 2)\n\nif __name__ == '__main__':\n    main()\n",
