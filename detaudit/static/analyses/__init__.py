@@ -18,7 +18,8 @@ about a file lives here, typed, and a rule reads it as ``self.analyses.<name>``:
 - ``values`` (``values.py``): the value an expression has in a default run when it comes
   through a parameter or a project config (yacs, dataclasses, Hydra/OmegaConf YAML);
 - ``checkpoints`` (``checkpoints.py``): the resume checkpoints the file saves (dicts holding
-  optimizer state), the LR schedulers and GradScalers it builds, what it draws while training.
+  optimizer state), the LR schedulers and GradScalers it builds, what it draws while training,
+  the resumes that load weights without the optimizer's state.
 
 String-ness (``strings.py``), project helpers named for what they do
 (``helpers.py``) and what distributed code looks like (``distributed.py``:

@@ -24,6 +24,13 @@ each under the dotted name it is assigned to, with the calls made on it, and
 the draws a run keeps making while it trains.  These are read in this file
 only: an object a project module builds, a dict a helper of another file adds
 to, or a draw inside a project helper is not seen.
+
+The load side is read for one question: does a resume put back the weights
+and not the optimizer's state?  A load of ``torch.load``'s result into a model
+is a resume when it reads the run's position back from the checkpoint
+(``checkpoint['epoch']``), runs under a ``resume`` option or in a function
+named for resuming; the optimizer counts as restored when its
+``load_state_dict`` is called or a load/resume helper is handed it.
 """
 
 from __future__ import annotations
@@ -94,6 +101,12 @@ PER_STEP_FUNCTIONS = frozenset({"forward", "__getitem__", "__iter__", "__call__"
 #: Kinds of training state kept outside the model and optimizer.
 SCHEDULER, GRAD_SCALER = "LR scheduler", "GradScaler"
 
+_TORCH_LOAD, _TORCH_SAVE = "torch.load", "torch.save"
+#: Keys of a loaded checkpoint that give the run's position back (``checkpoint['epoch']``).
+_POSITION_WORDS = ("epoch", "step", "iter")
+#: Callees that, handed the optimizer, put its state back (``load_checkpoint(path, model, optimizer)``).
+_RESTORING_WORDS = ("load", "resume", "restore")
+
 
 @dataclass(frozen=True)
 class Checkpoint:
@@ -134,6 +147,19 @@ class TrainingState:
     restored: bool
     #: ``enabled=`` known false: a scaler that does nothing and keeps no state
     disabled: bool
+
+
+@dataclass(frozen=True)
+class WeightsOnlyResume:
+    """A resume that puts back a model's weights and never its optimizer's state."""
+
+    load: CallFact  # ``model.load_state_dict(...)`` of what ``torch.load`` read
+    evidence: str  # why this load continues a run rather than starting from pretrained weights
+    optimizer: str  # the stateful optimizer the file steps (its name as assigned)
+    optimizer_kind: str  # its builders' last name parts: ``Adam``, ``Adam or SGD``, ``build_optimizer``
+    #: where the fix starts: the weights-only save (a dict literal or the save call) when the file
+    #: saves no optimizer state, else None (the state is saved; the load leaves it out)
+    weights_save: cst.CSTNode | None
 
 
 class Checkpoints:
@@ -371,6 +397,125 @@ class Checkpoints:
         disabled = enabled is not None and self._facts.evaluate(enabled).falsy
         return TrainingState(kind, name, built, callee, tuple(uses), restored, disabled)
 
+    # -- resumes -------------------------------------------------------------------
+
+    @cached_property
+    def weights_only_resumes(self) -> tuple[WeightsOnlyResume, ...]:
+        """Loads of a checkpoint into a model that continue a run (the epoch or step
+        is read back from it, or it runs under a ``resume`` option) in a training
+        file that steps a stateful optimizer and never loads that optimizer's state
+        (``optimizer.load_state_dict``, or a load/resume helper handed the optimizer)."""
+        if self._context.analyses.training is None:
+            return ()
+        optimizers = self._stateful_optimizers()
+        if not optimizers or self._optimizer_restored(optimizers):
+            return ()
+        name, kinds = next(iter(optimizers.items()))
+        found = []
+        for call in self._facts.calls:
+            if call.method != "load_state_dict" or self._is_training_object(_receiver(call)):
+                continue
+            source = self._loaded_checkpoint(call.value_node("state_dict", 0))
+            if source is None:
+                continue
+            evidence = self._resume_evidence(call, source)
+            if evidence is not None:
+                found.append(
+                    WeightsOnlyResume(call, evidence, name, " or ".join(kinds), None if self.saved else self._weights_save())
+                )
+        return tuple(found)
+
+    def _stateful_optimizers(self) -> dict[str, list[str]]:
+        """Name -> builders (last name part) of the optimizers the file builds that
+        keep state between steps: any but plain SGD without momentum."""
+        found: dict[str, list[str]] = {}
+        for name, values in self._assignments.items():
+            for value in values:
+                callee = self._facts.names.resolve(value.func) or dotted_name(value.func) or ""
+                namespace, _, last = callee.rpartition(".")
+                if not ((namespace == "torch.optim" and last[:1].isupper()) or "optim" in last.lower()):
+                    continue
+                if last == "SGD":
+                    momentum = _argument(value, "momentum", 2)
+                    if momentum is None or self._facts.evaluate(momentum).is_(0, 0.0):
+                        continue
+                if last not in found.setdefault(name, []):
+                    found[name].append(last)
+        return found
+
+    def _optimizer_restored(self, optimizers: dict[str, list[str]]) -> bool:
+        for call in self._facts.calls:
+            receiver = _receiver(call) or ""
+            if call.method == "load_state_dict" and (receiver in optimizers or "optim" in receiver.rpartition(".")[2].lower()):
+                return True
+            callee = (_callee_name(call.node.func) or "").lower()
+            if any(word in callee for word in _RESTORING_WORDS) and any(
+                dotted_name(arg.value) in optimizers for arg in call.node.args
+            ):
+                return True  # ``load_checkpoint(path, model, optimizer)``
+        return False
+
+    def _is_training_object(self, name: str | None) -> bool:
+        """An optimizer, LR scheduler or GradScaler: not a model whose weights are loaded."""
+        if name is None:
+            return False
+        last = name.rpartition(".")[2].lower()
+        return "optim" in last or any(state.name == name for state in self.training_state) or any(
+            word in last for word in ("sched", "scaler")
+        )
+
+    def _loaded_checkpoint(self, value: cst.BaseExpression | None) -> str | None:
+        """What a ``load_state_dict`` argument was read from: ``torch.load(...)`` itself
+        (``""``), or the name bound to it (``checkpoint`` of ``checkpoint['model']``)."""
+        while isinstance(value, cst.Subscript):
+            value = value.value
+        if isinstance(value, cst.Call) and self._facts.names.resolve(value.func) == _TORCH_LOAD:
+            return ""
+        name = dotted_name(value) if value is not None else None
+        if name is not None and any(
+            self._facts.names.resolve(call.func) == _TORCH_LOAD for call in self._assignments.get(name, ())
+        ):
+            return name
+        return None
+
+    def _resume_evidence(self, load: CallFact, checkpoint: str) -> str | None:
+        for condition in load.scope.conditions:
+            if isinstance(condition, (cst.If, cst.While)) and "resum" in self._context.module.code_for_node(condition.test).lower():
+                test = " ".join(self._context.module.code_for_node(condition.test).split())
+                return f"it runs under `if {test}`"
+        if "resum" in (load.scope.function or "").lower():
+            return f"it runs in {load.scope.function}()"
+        position = self._position_keys.get(checkpoint) if checkpoint else None
+        if position is not None:
+            return f"it reads the run's position back: `{checkpoint}[{position!r}]`"
+        return None
+
+    @cached_property
+    def _position_keys(self) -> dict[str, str]:
+        """Name -> a key naming a training position (epoch, step, iteration) read from it."""
+        found: dict[str, str] = {}
+        for node in _nodes(self._context.module):
+            if isinstance(node, cst.Subscript) and len(node.slice) == 1 and isinstance(node.slice[0].slice, cst.Index):
+                key = self._facts.evaluate(node.slice[0].slice.value).value
+                name = dotted_name(node.value)
+                if isinstance(key, str) and name is not None and any(word in key.lower() for word in _POSITION_WORDS):
+                    found.setdefault(name, key)
+        return found
+
+    def _weights_save(self) -> cst.CSTNode | None:
+        """The first save of weights without optimizer state: where that state must
+        be added (the dict it saves, when bound in sight; else the save call)."""
+        for call in self._facts.calls:
+            if not _is_save(call) or call.qualname != _TORCH_SAVE:
+                continue
+            argument = call.value_node("obj", 0)
+            if isinstance(argument, cst.Name):
+                scope = self._scopes.get(id(call.node))
+                bound = _bound_dict_node(scope, argument.value, call.node) if scope is not None else None
+                return bound or call.node
+            return call.node
+        return None
+
     # -- the file's assignments, read once -----------------------------------------
 
     @cached_property
@@ -412,6 +557,22 @@ class Checkpoints:
             inner = node if isinstance(node, (cst.FunctionDef, cst.Lambda)) else scope
             stack.extend((child, inner) for child in reversed(child_nodes(node)))
         return assignments, frozenset(attributes), scopes
+
+
+def _receiver(call: CallFact) -> str | None:
+    func = call.node.func
+    return dotted_name(func.value) if isinstance(func, cst.Attribute) else None
+
+
+def _bound_dict_node(scope: cst.CSTNode, name: str, save: cst.Call) -> cst.Dict | None:
+    """The dict literal last bound to ``name`` before ``save`` in its scope."""
+    bound = None
+    for node in _scope_nodes(scope):
+        if node is save:
+            return bound
+        if isinstance(node, cst.Assign) and any(isinstance(t.target, cst.Name) and t.target.value == name for t in node.targets):
+            bound = node.value if isinstance(node.value, cst.Dict) else None
+    return None
 
 
 def _in_loop(scope: Scope) -> bool:

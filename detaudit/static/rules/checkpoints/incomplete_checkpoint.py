@@ -121,7 +121,7 @@ class IncompleteCheckpoint(Rule):
         checkpoints that are not dicts (`accelerator.save_state`, Lightning's,
         timm's `CheckpointSaver`) are not seen.  Weights saved without optimizer
         state are an export, not a resume checkpoint (a resume from weights
-        alone loses the optimizer's state too; this rule does not ask it).
+        alone loses the optimizer's state too: resume-without-optimizer-state reports that).
         """
     fix_hint = (
         "Put `scheduler.state_dict()`, `scaler.state_dict()` and the RNG states (`torch.get_rng_state()`, "
