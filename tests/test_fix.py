@@ -339,6 +339,18 @@ def _hits(module: cst.Module, *fixes) -> list[RuleHit]:
     return [RuleHit(rule, module, "", fix) for fix in fixes]
 
 
+def test_seeding_is_spelled_with_the_names_bound_where_it_goes():
+    # above the seeding point ``random`` is the function ``from random import *`` binds; the
+    # module is imported further down: no fix can call ``random.seed`` there (it used to loop)
+    source = "from random import *\nimport torch\nk = randint(0, 9)\nimport random\nprint(k, random.random())\n"
+    fixed = fix_source(source, "train.py", rules=[find_rule("missing-python-seed")])
+    assert fixed.error is None and fixed.text == source
+    # a module imported inside a ``try`` above the seeding point is one the fix can use
+    source = "try:\n    import numpy as np\nexcept ImportError:\n    np = None\nx = np.random.rand(3)\nprint(x)\n"
+    fixed = fix_source(source, "train.py", rules=[find_rule("missing-numpy-seed")])
+    assert fixed.error is None and "np.random.seed(0)\nx = np.random.rand(3)" in fixed.text
+
+
 def test_insertion_goes_after_the_imports_with_the_import_it_needs():
     module = cst.parse_module(
         '"""Train."""\nfrom __future__ import annotations\nimport torch\n\n# the model\nmodel = torch.nn.Linear(2, 2)\n'

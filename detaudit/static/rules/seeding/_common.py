@@ -14,6 +14,7 @@ from detaudit.static.analyses.rng_apis import DATA_ORDER_DRAWS
 from detaudit.static.analyses.seeding import Draw
 from detaudit.static.engine.facts import CallFact
 from detaudit.static.engine.names import NameTable
+from detaudit.static.engine.walk import child_nodes
 from detaudit.static.fixes.code import FixCode, seeding_code
 from detaudit.static.fixes.edits import InsertStatement, is_import_line, setup_position
 from detaudit.static.rule import Rule
@@ -65,7 +66,27 @@ def seeding_call(rule: Rule, rngs: frozenset[str], available_before: int) -> Fix
     if helper is not None:
         return FixCode((f"{helper[1]}({FIX_DEFAULT_SEED})",))
     unseeded = set(RNGS) - set(rule.analyses.seeding.seeded)
-    return seeding_code(rngs, rule.facts.names.bindings(), rule.context.fix_style, also=unseeded)
+    # spelled with the names bound where the code goes: ``from random import *`` above it
+    # binds ``random`` to a function, whatever a later ``import random`` binds
+    above = _bindings_above(rule.context.module, available_before)
+    code = seeding_code(rngs, above, rule.context.fix_style, also=unseeded)
+    if code is not None and any(rule.facts.names.is_bound(module) for module in code.imports):
+        return None  # the fixer adds no import for a name the file binds further down
+    return code
+
+
+def _bindings_above(module: cst.Module, index: int) -> dict[str, str]:
+    """What the imports of the module-level statements above ``index`` bind (also
+    inside ``try``/``if`` blocks, not inside functions or classes)."""
+    table = NameTable()
+    stack = list(reversed(module.body[:index]))
+    while stack:
+        node = stack.pop()
+        if isinstance(node, (cst.Import, cst.ImportFrom)):
+            table.add_import(node)
+        elif not isinstance(node, (cst.FunctionDef, cst.ClassDef)):
+            stack.extend(reversed(child_nodes(node)))
+    return table.bindings()
 
 
 def _library_seeding_call(module: cst.Module, available_before: int) -> str | None:
