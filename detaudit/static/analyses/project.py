@@ -19,6 +19,7 @@ a default run, so it does not count.
 from __future__ import annotations
 
 import hashlib
+import os
 import sys
 from collections import OrderedDict
 from dataclasses import dataclass, field
@@ -65,8 +66,12 @@ class OffByDefault:
 class ModuleSummary:
     """The RNG effects of the functions and classes of one parsed module."""
 
-    def __init__(self, facts: FileFacts, path: Path, digest: str | None, index: "ProjectIndex | None") -> None:
+    def __init__(
+        self, facts: FileFacts, path: Path, digest: str | None, index: "ProjectIndex | None", tree: cst.Module | None = None
+    ) -> None:
         self.facts = facts
+        #: the parsed tree of a project module, which a check of the same file reuses
+        self.tree = tree
         self.path = path
         #: (path, hash) of this file when it is a project module (None: the checked file)
         self.own_file = frozenset({(str(path), digest)}) if digest is not None else frozenset()
@@ -495,7 +500,26 @@ class ProjectIndex:
     def _candidates(self, parts: tuple[str, ...], dots: int, importer: Path) -> Iterator[tuple[Path, str]]:
         return self.locator.candidates(parts, dots, importer)
 
+    def tree_of(self, path: Path, digest: str) -> "cst.Module | None":
+        """The tree of ``path`` already parsed for the index, when its content hash is ``digest``."""
+        cached = self._modules.get(Path(os.path.abspath(path)))
+        if cached is None or cached.digest != digest or cached.summary is None:
+            return None
+        return cached.summary.tree
+
+    def adopt(self, path: Path, digest: str, module: "cst.Module", facts: FileFacts) -> None:
+        """A checked file's tree and facts (the same text, parser and collector as ``_parse``),
+        kept so that a later import of it is not parsed again."""
+        path = Path(os.path.abspath(path))
+        cached = self._modules.get(path)
+        if cached is not None and cached.digest == digest:
+            return
+        self._modules[path] = _CachedModule(digest, ModuleSummary(facts, path, digest, self, module))
+        while len(self._modules) > MAX_CACHED_MODULES:
+            self._modules.popitem(last=False)
+
     def summary(self, path: Path) -> ModuleSummary | None:
+        path = Path(os.path.abspath(path))  # one entry per file, however the importer named it
         digest = self._digest(path)
         cached = self._modules.get(path)
         if cached is None or cached.digest != digest:
@@ -530,7 +554,7 @@ class ProjectIndex:
             walk(module, [FactCollector(facts, module)])
         except (OSError, UnreadableSource, cst.ParserSyntaxError, RecursionError, ValueError, TooComplex):
             return None
-        return ModuleSummary(facts, path, digest, self)
+        return ModuleSummary(facts, path, digest, self, module)
 
     def digest(self, path: Path) -> str | None:
         """The content hash of a project file (None when unreadable), for a result's dependencies."""

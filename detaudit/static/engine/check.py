@@ -103,7 +103,8 @@ def check_file(
         return _unreadable(display_path, f"cannot read: {error.strerror or error}")
     except UnreadableSource as error:
         return _unreadable(display_path, str(error))
-    return _check_unit(unit, path, display_path, project_root, None, budget)[0]
+    shared = path.suffix == ".py" and budget == DEFAULT_FILE_TIME_BUDGET
+    return _check_unit(unit, path, display_path, project_root, None, budget, disk_data=data if shared else None)[0]
 
 
 def read_source(path: Path, data: bytes) -> SourceUnit:
@@ -132,6 +133,7 @@ def _check_unit(
     rules: Iterable[type["Rule"]] | None,
     budget: float,
     fix_style: str = DEFAULT_FIX_STYLE,
+    disk_data: bytes | None = None,
 ) -> tuple[FileResult, FileContext | None]:
     """Check one unit; a failure of detaudit's own code becomes an internal
     error of this file's result (or a parse error, for a tree too deep for
@@ -146,7 +148,7 @@ def _check_unit(
 
     try:
         with file_scope():
-            return _parse_and_analyse(unit, path, display_path, project_root, rules, budget, fix_style)
+            return _parse_and_analyse(unit, path, display_path, project_root, rules, budget, fix_style, disk_data)
     except TooComplex as error:
         return not_analysed(f"not analysed: {error}")
     except OverBudget:
@@ -191,6 +193,7 @@ def _parse_and_analyse(
     rules: Iterable[type["Rule"]] | None,
     budget: float,
     fix_style: str = DEFAULT_FIX_STYLE,
+    disk_data: bytes | None = None,
 ) -> tuple[FileResult, FileContext | None]:
     import libcst as cst
 
@@ -213,8 +216,17 @@ def _parse_and_analyse(
                 result.findings.append(finding)
             else:
                 result.suppressed.append(_with_reason(finding, suppression))
+    # the project index parses the same text of a file on disk when another file imports it:
+    # one parse serves both (the tree of an imported module, or this check's tree for a later import)
+    index = digest = module = None
+    if disk_data is not None and not skipped:
+        from detaudit.static.analyses.project import content_hash, project_index
+
+        index, digest = project_index(project_root), content_hash(disk_data)
+        module = index.tree_of(path, digest)
     try:
-        module = parse_module(unit.text)
+        if module is None:
+            module = parse_module(unit.text)
     except cst.ParserSyntaxError as error:
         message, line, column = _syntax_error_location(unit.text, error)
         cell, line = unit.locate(line)
@@ -240,6 +252,8 @@ def _parse_and_analyse(
     walk(module, [collector, *(r for r in instances if r.has_visitors())], on_error=stopped, tick=deadline.check)
     if id(collector) in failed:
         return result, None  # every rule reads the facts: none of them can be trusted
+    if index is not None:
+        index.adopt(path, digest, module, facts)
     for rule in instances:
         deadline.check()
         if id(rule) in failed:
