@@ -123,13 +123,33 @@ class ModuleLocator:
 
     def __init__(self, root: Path) -> None:
         self.root = root
-        #: folders the current entry script's path edits add, searched after the importer's folder
-        self.search_path: tuple[Path, ...] = ()
+        self._search_path: tuple[Path, ...] = ()
         self._locations: dict[tuple[Path, tuple[str, ...]], Path | None] = {}
+        #: (parts, dots, importer) -> the module found for them under the current search path
+        self._found: dict[tuple[tuple[str, ...], int, Path], tuple[Path, str] | None] = {}
         self._folders: list[Path] | None = None  # the root's folders that are not packages (source roots)
+
+    @property
+    def search_path(self) -> tuple[Path, ...]:
+        """Folders the current entry script's path edits add, searched after the importer's folder."""
+        return self._search_path
+
+    @search_path.setter
+    def search_path(self, folders: tuple[Path, ...]) -> None:
+        if folders != self._search_path:
+            self._search_path = folders
+            self._found.clear()
 
     def candidates(self, parts: tuple[str, ...], dots: int, importer: Path) -> Iterator[tuple[Path, str]]:
         """(module file, attribute path) for each way to split ``parts``; longest module first."""
+        key = (parts, dots, importer)
+        if key not in self._found:  # asked about 12,000 times per repository: once per question
+            self._found[key] = next(self._search(parts, dots, importer), None)
+        found = self._found[key]
+        if found is not None:
+            yield found
+
+    def _search(self, parts: tuple[str, ...], dots: int, importer: Path) -> Iterator[tuple[Path, str]]:
         if dots:
             base = importer.parent
             for _ in range(dots - 1):

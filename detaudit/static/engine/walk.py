@@ -150,32 +150,54 @@ class _Hooks:
 
     def __init__(self, visitors: Sequence[object]) -> None:
         self._visitors = list(visitors)
-        self.by_class: dict[type, tuple[list, list, tuple[tuple[str, list, list], ...]]] = {}
+        self._types = tuple(type(v) for v in self._visitors)
+        self.by_class: dict[type, tuple[tuple, tuple, tuple[tuple[str, tuple, tuple], ...]]] = {}
 
     def drop(self, visitor: object) -> None:
         """Leave ``visitor`` out of every later lookup."""
         self._visitors = [v for v in self._visitors if v is not visitor]
+        self._types = tuple(type(v) for v in self._visitors)
         self.by_class.clear()
 
-    def of(self, cls: type) -> tuple[list, list, tuple[tuple[str, list, list], ...]]:
+    def of(self, cls: type) -> tuple[tuple, tuple, tuple[tuple[str, tuple, tuple], ...]]:
         """The class's visit and leave hooks, and the fields to walk, last first,
         each with its attribute hooks (on the way in, on the way out)."""
         hooks = self.by_class.get(cls)
         if hooks is None:
-            name = cls.__name__
-            visit = self._hooks(f"visit_{name}")
-            leave = self._hooks(f"leave_{name}")
-            node_fields = _node_fields(cls)
-            fields = []
-            for field in reversed(_child_fields(cls)):
-                enter, exit_ = self._hooks(f"visit_{name}_{field}"), self._hooks(f"leave_{name}_{field}")
-                if enter or exit_ or field in node_fields:
-                    fields.append((field, enter, exit_))
-            hooks = self.by_class[cls] = (visit, leave, tuple(fields))
+            visit, leave, fields = _plan(self._types, cls)
+            visitors = self._visitors
+
+            def bound(pairs: tuple[tuple[int, str], ...]) -> tuple:
+                return tuple(getattr(visitors[i], name) for i, name in pairs) if pairs else ()
+
+            hooks = self.by_class[cls] = (
+                bound(visit), bound(leave), tuple((field, bound(enter), bound(exit_)) for field, enter, exit_ in fields)
+            )
         return hooks
 
-    def _hooks(self, name: str) -> list:
-        return [getattr(v, name) for v in self._visitors if name in _hook_names(type(v))]
+
+_Pairs = tuple[tuple[int, str], ...]  # (position of a visitor, the name of its hook)
+#: (visitor classes, node class) -> which visitor has which hook: the same for every walk
+#: with visitors of those classes (about 650 walks a repository: checks, the index, sub-walks)
+_plans: dict[tuple[tuple[type, ...], type], tuple[_Pairs, _Pairs, tuple[tuple[str, _Pairs, _Pairs], ...]]] = {}
+
+
+def _plan(types: tuple[type, ...], cls: type) -> tuple[_Pairs, _Pairs, tuple[tuple[str, _Pairs, _Pairs], ...]]:
+    plan = _plans.get((types, cls))
+    if plan is None:
+        name = cls.__name__
+
+        def pairs(hook: str) -> _Pairs:
+            return tuple((i, hook) for i, visitor_class in enumerate(types) if hook in _hook_names(visitor_class))
+
+        node_fields = _node_fields(cls)
+        fields = []
+        for field in reversed(_child_fields(cls)):
+            enter, exit_ = pairs(f"visit_{name}_{field}"), pairs(f"leave_{name}_{field}")
+            if enter or exit_ or field in node_fields:
+                fields.append((field, enter, exit_))
+        plan = _plans[(types, cls)] = (pairs(f"visit_{name}"), pairs(f"leave_{name}"), tuple(fields))
+    return plan
 
 
 def _is_stub(method) -> bool:
