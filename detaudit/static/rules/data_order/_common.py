@@ -161,6 +161,9 @@ class ScopeFlow:
                 if child is parent.value and isinstance(call, cst.Call) and call.func is parent:
                     self._method(value, parent.attr.value, parent.value, call)
                 return  # other attributes (``.name`` of a DirEntry, ...) are single elements
+            elif isinstance(parent, cst.Call) and index > 0 and _enumerated_loop(parent, parents[index - 1], self.facts):
+                self._loop(value, parents[index - 1])  # the count is never read: a plain loop over the value
+                return
             else:
                 value = self._step(value, child, parent)
                 if value is None:
@@ -250,6 +253,17 @@ class ScopeFlow:
                 and node.func.attr.value in _APPENDING_METHODS
             ):
                 self._collect_into(node.func.value, value)
+
+
+def _enumerated_loop(call: cst.Call, loop: cst.CSTNode, facts) -> bool:
+    """``for i, item in enumerate(values):`` whose body never reads ``i``."""
+    if not (isinstance(loop, cst.For) and loop.iter is call and facts.names.resolve(call.func) == "enumerate"):
+        return False
+    target = loop.target
+    if not (isinstance(target, cst.Tuple) and len(target.elements) == 2 and isinstance(target.elements[0].value, cst.Name)):
+        return False
+    count = target.elements[0].value.value
+    return not any(isinstance(node, cst.Name) and node.value == count for node in _loop_body_nodes(loop))
 
 
 def _asserted_single(test: cst.BaseExpression) -> str | None:

@@ -53,6 +53,9 @@ class UnorderedFileListing(OrderRule):
         # exactly one match asserted: a single element has no order
         "import torch\ndef mask_of(folder, name):\n    found = list(folder.glob(name + '.*'))\n"
         "    assert len(found) == 1, found\n    return torch.load(found[0])\n",
+        # enumerated for nothing: the count is never read, each file is handled on its own
+        "import os, torch\nfor i, name in enumerate(os.listdir('wavs')):\n"
+        "    torch.save(torch.load(name), name + '.out')\n",
         # a progress bar over the listing, each file handled on its own
         "import glob, torch\nfrom tqdm import tqdm\nfiles = []\nfiles.extend(glob.glob('in/*.png'))\n"
         "for path in tqdm(files):\n    torch.save(torch.load(path), path + '.out')\n",
@@ -67,6 +70,12 @@ class UnorderedFileListing(OrderRule):
             fixed="import os, torch\nfiles = sorted(os.listdir('data'))\nx = torch.load(files[0])\n",
         ),
         Invalid("import glob, torch\nclass_to_idx = {c: i for i, c in enumerate(glob.glob('train/*'))}\n", line=2, message="enumerate"),
+        # the count names the outputs: another order, other names
+        Invalid(
+            "import os, torch\nfor i, name in enumerate(os.listdir('wavs')):\n    torch.save(torch.load(name), f'{i}.out')\n",
+            line=2,
+            message="enumerate",
+        ),
         Invalid(
             "import os, torch\nclass Images(torch.utils.data.Dataset):\n    def __init__(self, root):\n        self.files = [os.path.join(root, f) for f in os.listdir(root)]\n",
             line=4,
