@@ -14,7 +14,8 @@ about a file lives here, typed, and a rule reads it as ``self.analyses.<name>``:
 - ``seeding`` (``seeding.py``): what the file seeds, where it first draws, what comes too late;
 - ``determinism`` (``determinism.py``): the file's requests for deterministic algorithms;
 - ``op_sites`` (``op_sites.py``): the calls that reach an entry of the ops table;
-- ``grad_flow`` (``grad_flow.py``): where no parameter's gradient can pass (backward-only hazards);
+- ``grad_flow`` (``grad_flow.py``): where no parameter's gradient can pass (backward-only hazards),
+  and which code evaluates (a no_grad block, a function that evaluates a model);
 - ``values`` (``values.py``): the value an expression has in a default run when it comes
   through a parameter or a project config (yacs, dataclasses, Hydra/OmegaConf YAML);
 - ``checkpoints`` (``checkpoints.py``): the resume checkpoints the file saves (dicts holding

@@ -195,6 +195,16 @@ class GradFlow:
             or (self._loader_batch(call, operand) if operand is not None else None)
         )
 
+    def evaluating(self, call: CallFact) -> str | None:
+        """Why ``call`` runs in evaluation code, or None: inside a no_grad() block,
+        or in a function that puts a model in eval mode and never steps."""
+        function = self._defining_function(call.scope.function)
+        if self._no_grad_block(call.scope):
+            return "inside a no_grad()/inference_mode() block"
+        if function is not None and self._evaluates(function):
+            return f"{function.rpartition('.')[2]}() evaluates"
+        return None
+
     def _loader_batch(self, call: CallFact, operand: cst.BaseExpression) -> str | None:
         """``for images, target in loader: target = F.interpolate(target, ...)``:
         what a data loader yields never requires a gradient."""

@@ -92,7 +92,9 @@ class DataloaderWorkerSeed(Rule):
         `default_rng` instance), which forked workers inherit identically, so
         each worker repeats the same augmentations; and a `DistributedSampler`
         that shuffles without `set_epoch(epoch)` each epoch (the same order every
-        epoch).  A worker count taken from the machine (`num_workers=os.cpu_count()`)
+        epoch), unless it serves evaluation (built in a `no_grad()` block or in
+        a function that puts the model in eval mode and never steps), where
+        the order changes no update.  A worker count taken from the machine (`num_workers=os.cpu_count()`)
         with random augmentation in the workers is reproducible on one machine
         only: torch seeds worker i with base_seed + i and deals batches to the
         workers in turn, so another count gives each batch another RNG stream.  A shuffling loader in a script that draws from the unseeded torch
@@ -121,6 +123,10 @@ class DataloaderWorkerSeed(Rule):
         "import torch\nfrom torch.utils.data import DataLoader, DistributedSampler\ntorch.manual_seed(0)\n"
         "def train(ds, epochs):\n    sampler = DistributedSampler(ds, seed=0)\n    loader = DataLoader(ds, sampler=sampler)\n"
         "    for epoch in range(epochs):\n        sampler.set_epoch(epoch)\n",
+        # a validation loader's sampler: evaluation, no update depends on its order
+        "import torch\nfrom torch.utils.data import DataLoader, DistributedSampler\ntorch.manual_seed(0)\n"
+        "def validate(model, valset):\n    model.eval()\n    with torch.no_grad():\n"
+        "        loader = DataLoader(valset, sampler=DistributedSampler(valset))\n        return sum(model(x).sum() for x in loader)\n",
         # a script that never seeds torch: its one missing-torch-seed finding names this loader
         "import torch\nfrom torch.utils.data import DataLoader\nmodel = torch.nn.Linear(2, 2)\n"
         "for batch in DataLoader(range(10), shuffle=True):\n    model(batch)\n",
@@ -322,7 +328,8 @@ class DataloaderWorkerSeed(Rule):
     def _distributed_sampler(self, call: CallFact) -> None:
         shuffle = call.value_node(*_SAMPLER_SHUFFLE)
         shuffles = shuffle is None or self.facts.evaluate(shuffle).truthy
-        if shuffles and self.analyses.script.reaches(call) and not self._sets_epoch():
+        evaluation = self.analyses.grad_flow.evaluating(call)  # its order changes no update
+        if shuffles and evaluation is None and self.analyses.script.reaches(call) and not self._sets_epoch():
             self.report(
                 call.node,
                 "DistributedSampler shuffles but set_epoch() is never called: every epoch repeats the first epoch's order.",
