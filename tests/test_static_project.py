@@ -400,3 +400,41 @@ def test_a_draw_in_the_default_object_a_project_class_builds_is_followed(tmp_pat
     findings, dependencies = _check(tmp_path, "train.py")
     assert findings == [("missing-numpy-seed", 9)]
     assert str(tmp_path / "sampler.py") in dependencies
+
+
+_RESIZE_MODULE = """\
+    import torch.nn.functional as F
+
+    def resize(x, size):
+        return F.interpolate(x, size=size, mode='bilinear')
+
+    def _crop(x, grid):
+        return F.grid_sample(x, grid)
+"""
+
+
+@pytest.mark.parametrize(
+    ("caller", "reported"),
+    [
+        # a training loss on the model's output resized by the helper: the backward runs through it
+        ("from audio import resize\nloss = (resize(model(x), 64) - y).abs().mean()\nloss.backward()\n", True),
+        # only a dataset calls it: data, no gradient
+        (
+            "import torch\nfrom audio import resize\n\nclass Clips(torch.utils.data.Dataset):\n"
+            "    def __getitem__(self, i):\n        return resize(self.clips[i], 64)\n",
+            False,
+        ),
+        # nothing calls it (an import and a comment are no calls): a public function may have
+        # callers outside the project, a private one is dead code
+        ("from audio import resize  # resize(model(x), 64) was tried once\n", True),
+        # passed on to a registry: it may run anywhere, so this file's silence decides nothing
+        ("from audio import resize\nTRANSFORMS = {'resize': resize}\n", True),
+    ],
+)
+def test_a_module_functions_callers_are_looked_for_in_the_whole_project(tmp_path, caller, reported):
+    write_project(tmp_path, {"pyproject.toml": "", "audio.py": _RESIZE_MODULE, "train.py": caller})
+    result = check_file(tmp_path / "audio.py", "audio.py", tmp_path)
+    assert any(f.code == "DET020" and f.line == 4 for f in result.findings) is reported
+    assert not any(f.code == "DET020" and f.line == 7 for f in result.findings)  # _crop: called nowhere
+    if "resize(" in caller.split("\n", 1)[1]:
+        assert str(tmp_path / "train.py") in result.dependencies  # a caller read is a dependency

@@ -42,7 +42,7 @@ from detaudit.static.analyses import determinism, op_sites, script
 from detaudit.static.analyses.checkpoints import Checkpoints
 from detaudit.static.analyses.determinism import DeterminismState
 from detaudit.static.analyses.execution import RunOrder, run_order
-from detaudit.static.analyses.grad_flow import GradFlow
+from detaudit.static.analyses.grad_flow import GradFlow, ProjectCallers
 from detaudit.static.analyses.op_sites import OpSite
 from detaudit.static.analyses.project import ModuleSummary
 from detaudit.static.analyses.script import ScriptAnalysis
@@ -83,7 +83,7 @@ class FileAnalyses:
 
     @cached_property
     def grad_flow(self) -> GradFlow:
-        return GradFlow(self._context.facts)
+        return GradFlow(self._context.facts, self._context.module, ProjectCallers(self._context))
 
     @cached_property
     def rng_effects(self) -> ModuleSummary:

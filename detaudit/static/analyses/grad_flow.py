@@ -41,20 +41,33 @@ A gradient cannot pass:
   (``F.softmax(x)``), names assigned only such values in the function, and
   parameters of file-local functions that every call site passes such a value.
 
-Only this file is read: a function called from another file's ``no_grad`` block
-is not known to be gradient-free here.
+A module-level function's callers are looked for in the whole project (its
+other files that mention the function's name, through the project index):
+called only where no gradient flows, or a private one (``_crop``) called
+nowhere, it passes none (a public one may be called by the project's users);
+called
+anywhere a gradient may flow (a training loss on a generator's output), it
+may.  Where a mention is not a call (the function passed on, stored in a
+registry, named in a config file), or the project cannot be read, only this
+file's calls decide.  Methods are decided from this file alone.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 import libcst as cst
 
 from detaudit.knowledge.apis import DATA_API_ALIASES, DATALOADER
 from detaudit.static.engine.facts import CallFact, FileFacts, Scope
 from detaudit.static.engine.walk import child_nodes, walk
+
+if TYPE_CHECKING:
+    from detaudit.static.context import FileContext
 
 #: Context managers and decorators under which autograd records nothing.
 NO_GRAD_CONTEXTS = frozenset(
@@ -168,8 +181,16 @@ def _names_in(target: cst.BaseExpression) -> list[str]:
 class GradFlow:
     """Where no parameter's gradient can pass in one file (``FileAnalyses.grad_flow``)."""
 
-    def __init__(self, facts: FileFacts) -> None:
+    def __init__(
+        self,
+        facts: FileFacts,
+        module: cst.Module | None = None,
+        project_callers: "Callable[[str], list[tuple[GradFlow, CallFact]] | None] | None" = None,
+    ) -> None:
         self.facts = facts
+        self._module = module
+        self._project_callers = project_callers
+        self._external: dict[str, list[tuple[GradFlow, CallFact]] | None] = {}
         self._functions: dict[str, _Function] = {}
         self._verdicts: dict[str, str | None] = {}
         self._nested_verdicts: dict[str, str | None] = {}  # "enclosing.nested" -> verdict
@@ -366,11 +387,26 @@ class GradFlow:
         if self._evaluates(name):
             return f"{short}() evaluates: it puts a model in eval mode and never calls backward()"
         sites = self._call_sites(name, function)
-        if sites:
-            reasons = [self._no_grad_block(site.scope) or self._function_verdict(self._defining_function(site.scope.function)) for site in sites]
-            if all(reasons):
-                return f"{short}() is only called where no gradient flows ({reasons[0]})"
+        reasons = [self._no_grad_block(site.scope) or self._function_verdict(self._defining_function(site.scope.function)) for site in sites]
+        external = self._external_sites(short, sites) if function.owner is None else None
+        if external is not None:
+            reasons += [flow._no_grad_block(site.scope) or flow._function_verdict(flow._defining_function(site.scope.function)) for flow, site in external]
+            if not reasons and short.startswith("_"):
+                return f"{short}() is called nowhere in the project"  # a private helper: dead code
+        if reasons and all(reasons):
+            return f"{short}() is only called where no gradient flows ({reasons[0]})"
         return None
+
+    def _external_sites(self, short: str, sites: list[CallFact]) -> list[tuple["GradFlow", CallFact]] | None:
+        """The calls of this file's module-level function ``short`` in the project's
+        other files (with the analysis of the file each is in); None when they are not
+        known: no project view, or the function is named here other than in calls."""
+        if self._project_callers is None or self._module is None:
+            return None
+        if short not in self._external:
+            known = name_mentions(self._module, short) == len(sites)
+            self._external[short] = self._project_callers(short) if known else None
+        return self._external[short]
 
     def _evaluates(self, name: str) -> bool:
         """The function calls ``model.eval()``, never ``.train()``, and runs no
@@ -586,12 +622,14 @@ class GradFlow:
         if position is None:
             return reasons[0]
         sites = self._call_sites(function, local)
-        if not sites:
-            return None
         offset = 1 if local.owner is not None else 0  # ``self`` is not passed at a method's call site
-        for site in sites:
+        external = self._external_sites(function, sites) if local.owner is None else None
+        everywhere = [(self, site) for site in sites] + (external or [])
+        if not everywhere:
+            return None
+        for flow, site in everywhere:
             passed = site.value_node(name, position - offset)
-            if passed is None or self._gradless(passed, self._defining_function(site.scope.function), depth + 1) is None:
+            if passed is None or flow._gradless(passed, flow._defining_function(site.scope.function), depth + 1) is None:
                 return None
         return f"every call of {function.rpartition('.')[2]}() passes `{name}` a tensor without a gradient"
 
@@ -616,6 +654,69 @@ class _LoopBody:
             elif isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) and node.func.attr.value == "requires_grad_":
                 found.gradient_requested.update(_names_in(node.func.value))
         return found
+
+
+def name_mentions(tree: cst.CSTNode, name: str) -> int:
+    """How often code in ``tree`` names ``name`` (``name(...)``, ``mod.name``, ``fn = name``),
+    leaving out imports, definitions, parameters and keyword arguments of that name."""
+    count = 0
+    stack = [tree]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, (cst.Import, cst.ImportFrom)):
+            continue
+        if isinstance(node, cst.Name) and node.value == name:
+            count += 1
+        elif isinstance(node, (cst.FunctionDef, cst.ClassDef, cst.Param)) and node.name.value == name:
+            count -= 1  # its own name node is counted below
+        elif isinstance(node, cst.Arg) and node.keyword is not None and node.keyword.value == name:
+            count -= 1
+        stack.extend(child_nodes(node))
+    return count
+
+
+class ProjectCallers:
+    """Where the project's other files call a module-level function of the checked
+    file, each call with the gradient analysis of its file (read through the
+    project index; each file read is a dependency of the checked file's result)."""
+
+    def __init__(self, context: "FileContext") -> None:
+        self._context = context
+        self._flows: dict[Path, GradFlow] = {}
+
+    def __call__(self, function: str) -> list[tuple[GradFlow, CallFact]] | None:
+        """None when a file mentions ``function`` other than by calls that resolve."""
+        index = self._context.project
+        here = Path(os.path.abspath(self._context.path))
+        files = index.locator.files_mentioning(function, here)
+        if files is None:
+            return None
+        found = []
+        for path in files:
+            summary = index.summary(path)
+            digest = index.digest(path)
+            if summary is None or summary.tree is None or digest is None:
+                return None
+            self._context.dependencies[str(path)] = digest
+            calls = [call for call in summary.facts.calls if _callee_name(call.node.func) == function]
+            if name_mentions(summary.tree, function) != len(calls):
+                return None  # passed on or stored: it may be called where this cannot see
+            flow = self._flows.get(path)
+            if flow is None:
+                flow = self._flows[path] = GradFlow(summary.facts)
+            for call in calls:
+                if call.qualname is None:
+                    return None  # ``obj.function(...)`` on something unknown: it may be this one
+                located = index.module_of(call.qualname, path)
+                if located is not None and Path(os.path.abspath(located[0])) == here and located[1] == function:
+                    found.append((flow, call))
+        return found
+
+
+def _callee_name(func: cst.BaseExpression) -> str | None:
+    if isinstance(func, cst.Name):
+        return func.value
+    return func.attr.value if isinstance(func, cst.Attribute) else None
 
 
 def _parents(root: cst.CSTNode) -> dict[int, tuple[cst.CSTNode, cst.CSTNode | None]]:

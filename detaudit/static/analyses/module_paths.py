@@ -16,11 +16,15 @@ once, through ``os.path.dirname/abspath/realpath/normpath/join``, ``str``,
 (``def add_path(p): sys.path.insert(0, p)``) is followed to its callers in the
 same file.  A relative literal is taken from the project root, where
 users start their scripts.
+
+``ModuleLocator.files_mentioning`` answers the reverse question for a name:
+which of the project's files mention it (where a function may be called from).
 """
 
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 from typing import Iterator
 
@@ -118,6 +122,14 @@ def _path_text(node: cst.BaseExpression, facts: FileFacts, path: Path, depth: in
     return None
 
 
+#: Folders that hold no code of the project itself.
+_NOT_PROJECT_FOLDERS = frozenset({"__pycache__", "node_modules", "site-packages", "venv", "env", "build", "dist"})
+#: Config files that may name a function for a registry or a factory to call.
+_CONFIG_SUFFIXES = (".yaml", ".yml", ".json", ".toml", ".cfg", ".ini")
+#: A project with more files than this is not read for mentions: the question stays open.
+MAX_PROJECT_FILES = 3000
+
+
 class ModuleLocator:
     """Finds the file of a module a project file imports."""
 
@@ -128,6 +140,8 @@ class ModuleLocator:
         #: (parts, dots, importer) -> the module found for them under the current search path
         self._found: dict[tuple[tuple[str, ...], int, Path], tuple[Path, str] | None] = {}
         self._folders: list[Path] | None = None  # the root's folders that are not packages (source roots)
+        self._files: list[Path] | None = None  # the project's Python and config files, listed once
+        self._texts: dict[Path, tuple[tuple[int, int], bytes]] = {}
 
     @property
     def search_path(self) -> tuple[Path, ...]:
@@ -165,6 +179,47 @@ class ModuleLocator:
                 if path is not None and path != importer:
                     yield path, ".".join(parts[split:])
                     return
+
+    def files_mentioning(self, name: str, excluding: Path) -> list[Path] | None:
+        """The project's Python files, other than ``excluding``, whose text has ``name``
+        as a word; None when a config file names it too (a registry may call it by
+        name) or the project has too many files to read."""
+        files = self._project_files()
+        if files is None:
+            return None
+        word = re.compile(rb"\b" + re.escape(name.encode()) + rb"\b")
+        found = []
+        for path in files:
+            if not word.search(self._text(path)):
+                continue
+            if path.suffix != ".py":
+                return None
+            if path != excluding:
+                found.append(path)
+        return found
+
+    def _project_files(self) -> list[Path] | None:
+        if self._files is None:
+            files: list[Path] = []
+            for folder, subfolders, names in os.walk(self.root):
+                subfolders[:] = sorted(d for d in subfolders if not d.startswith(".") and d not in _NOT_PROJECT_FOLDERS)
+                files += [Path(os.path.abspath(os.path.join(folder, n))) for n in sorted(names) if n.endswith((".py", *_CONFIG_SUFFIXES))]
+                if len(files) > MAX_PROJECT_FILES:
+                    break
+            self._files = files
+        return self._files if len(self._files) <= MAX_PROJECT_FILES else None
+
+    def _text(self, path: Path) -> bytes:
+        """The file's bytes, read again only when it changed on disk."""
+        try:
+            stat = path.stat()
+            key = (stat.st_mtime_ns, stat.st_size)
+            cached = self._texts.get(path)
+            if cached is None or cached[0] != key:
+                cached = self._texts[path] = (key, path.read_bytes())
+            return cached[1]
+        except OSError:
+            return b""
 
     def in_source_folders(self, parts: tuple[str, ...]) -> tuple[Path, str] | None:
         """The module in the one folder of the root that holds it (a script that

@@ -80,12 +80,16 @@ class NondeterministicOp(Rule):
         not in the data pipeline (dataset and loader classes, collate
         functions, transforms), not in functions only called from those (a
         nested function also through a local name or a dispatch table it was
-        put in: `fn = [plain, mirrored][level]`), not on input data resized on
-        its way into a model, and not on tensors that
-        carry no gradient (registered buffers, tensors
-        built from constants, detached or integer tensors, and what a helper
-        receives only from those).  A module's `forward` and a loss on
-        predictions are where they are reported.
+        put in: `fn = [plain, mirrored][level]`), not in evaluation loops (a
+        model in eval mode, no backward), not on input data resized on its way
+        into a model or on batches a data loader yields, and not on tensors
+        that carry no gradient (registered buffers, tensors built from
+        constants, detached or integer tensors, what a `no_grad` block
+        computed, and what a helper receives only from those).  A
+        module-level function's callers are looked for in the project's other
+        files too: called only from such places, or private and called
+        nowhere, it is not reported.  A module's `forward` and a loss on predictions are where
+        they are reported.
         """
     fix_hint = (
         "Call `torch.use_deterministic_algorithms(True)` (ops with a deterministic kernel switch to it), "
