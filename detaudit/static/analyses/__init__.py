@@ -83,7 +83,7 @@ class FileAnalyses:
 
     @cached_property
     def grad_flow(self) -> GradFlow:
-        return GradFlow(self._context.facts, self._context.module, ProjectCallers(self._context))
+        return GradFlow(self._context.facts, self._context.source.text, ProjectCallers(self._context))
 
     @cached_property
     def rng_effects(self) -> ModuleSummary:

@@ -55,6 +55,7 @@ file's calls decide.  Methods are decided from this file alone.
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -184,11 +185,11 @@ class GradFlow:
     def __init__(
         self,
         facts: FileFacts,
-        module: cst.Module | None = None,
+        source: str | None = None,
         project_callers: "Callable[[str], list[tuple[GradFlow, CallFact]] | None] | None" = None,
     ) -> None:
         self.facts = facts
-        self._module = module
+        self._source = source
         self._project_callers = project_callers
         self._external: dict[str, list[tuple[GradFlow, CallFact]] | None] = {}
         self._functions: dict[str, _Function] = {}
@@ -401,10 +402,12 @@ class GradFlow:
         """The calls of this file's module-level function ``short`` in the project's
         other files (with the analysis of the file each is in); None when they are not
         known: no project view, or the function is named here other than in calls."""
-        if self._project_callers is None or self._module is None:
+        if self._project_callers is None or self._source is None:
             return None
         if short not in self._external:
-            known = name_mentions(self._module, short) == len(sites)
+            # its definition and its calls are all the file says of it (a word count: a comment or
+            # string naming it leaves the question to this file's calls, the safe side)
+            known = len(re.findall(rf"\b{re.escape(short)}\b", self._source)) == len(sites) + 1
             self._external[short] = self._project_callers(short) if known else None
         return self._external[short]
 
@@ -656,25 +659,6 @@ class _LoopBody:
         return found
 
 
-def name_mentions(tree: cst.CSTNode, name: str) -> int:
-    """How often code in ``tree`` names ``name`` (``name(...)``, ``mod.name``, ``fn = name``),
-    leaving out imports, definitions, parameters and keyword arguments of that name."""
-    count = 0
-    stack = [tree]
-    while stack:
-        node = stack.pop()
-        if isinstance(node, (cst.Import, cst.ImportFrom)):
-            continue
-        if isinstance(node, cst.Name) and node.value == name:
-            count += 1
-        elif isinstance(node, (cst.FunctionDef, cst.ClassDef, cst.Param)) and node.name.value == name:
-            count -= 1  # its own name node is counted below
-        elif isinstance(node, cst.Arg) and node.keyword is not None and node.keyword.value == name:
-            count -= 1
-        stack.extend(child_nodes(node))
-    return count
-
-
 class ProjectCallers:
     """Where the project's other files call a module-level function of the checked
     file, each call with the gradient analysis of its file (read through the
@@ -699,7 +683,7 @@ class ProjectCallers:
                 return None
             self._context.dependencies[str(path)] = digest
             calls = [call for call in summary.facts.calls if _callee_name(call.node.func) == function]
-            if name_mentions(summary.tree, function) != len(calls):
+            if summary.name_mentions[function] != len(calls):
                 return None  # passed on or stored: it may be called where this cannot see
             flow = self._flows.get(path)
             if flow is None:

@@ -21,7 +21,7 @@ from __future__ import annotations
 import hashlib
 import os
 import sys
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
@@ -37,7 +37,7 @@ from detaudit.static.engine.limits import DEFAULT_FILE_TIME_BUDGET, TooComplex, 
 from detaudit.static.engine.names import dotted_name
 from detaudit.static.engine.sources import MAX_FILE_BYTES, UnreadableSource, decode_python
 from detaudit.static.engine.trees import parse_module
-from detaudit.static.engine.walk import walk
+from detaudit.static.engine.walk import name_mentions, walk
 
 # ------------------------------------------------------------------------------------
 
@@ -72,6 +72,7 @@ class ModuleSummary:
         self.facts = facts
         #: the parsed tree of a project module, which a check of the same file reuses
         self.tree = tree
+        self._name_mentions: Counter[str] | None = None
         self.path = path
         #: (path, hash) of this file when it is a project module (None: the checked file)
         self.own_file = frozenset({(str(path), digest)}) if digest is not None else frozenset()
@@ -224,6 +225,13 @@ class ModuleSummary:
             found |= {id(call.node) for call in self.facts.calls if call.scope.function in functions}
             self._worker_init_calls = frozenset(found)
         return self._worker_init_calls
+
+    @property
+    def name_mentions(self) -> Counter[str]:
+        """How often the module's code names each name (``engine.walk.name_mentions``), counted once."""
+        if self._name_mentions is None:
+            self._name_mentions = name_mentions(self.tree) if self.tree is not None else Counter()
+        return self._name_mentions
 
     def calls_of(self, function: str | None) -> list[CallFact]:
         return self.calls_by_function.get(function, [])

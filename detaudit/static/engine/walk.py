@@ -17,6 +17,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 import typing
+from collections import Counter
 from typing import Callable, Iterable, Sequence
 
 import libcst as cst
@@ -318,3 +319,22 @@ def iter_nodes(root: cst.CSTNode) -> Iterable[cst.CSTNode]:
                 stack.extend([v for v in reversed(value) if _enters[type(v)]])
             elif _enters[kind]:
                 stack.append(value)
+
+
+def name_mentions(tree: cst.CSTNode) -> Counter[str]:
+    """How often code in ``tree`` names each name (``name(...)``, ``mod.name``, ``fn = name``),
+    leaving out imports, and the names of definitions, parameters and keyword arguments."""
+    counts: Counter[str] = Counter()
+    stack = [tree]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, (cst.Import, cst.ImportFrom)):
+            continue
+        if isinstance(node, cst.Name):
+            counts[node.value] += 1
+        elif isinstance(node, (cst.FunctionDef, cst.ClassDef, cst.Param)):
+            counts[node.name.value] -= 1  # its own name node is counted below
+        elif isinstance(node, cst.Arg) and node.keyword is not None:
+            counts[node.keyword.value] -= 1
+        stack.extend(child_nodes(node))
+    return counts
