@@ -111,7 +111,7 @@ def _read_table(root: Node, origin: str) -> OpsTable:
 _ENTRY_KEYS = ("id", "summary", "spellings", "aten", "behaviours", "sources")
 _OPTIONAL_ENTRY_KEYS = (
     "when", "static", "certain_when", "alerts", "recipe", "note", "measurements",
-    "one_thread_deterministic", "deterministic_settings", "replacement", "hazard_by_default",
+    "one_thread_deterministic", "deterministic_settings", "replacement", "hazard_by_default", "exact_results",
 )
 
 
@@ -122,6 +122,7 @@ def _read_entry(node: Node) -> OpEntry:
     summary = node["summary"].text()
     static, recipe, note = (node.optional(key, Node.text) for key in ("static", "recipe", "note"))
     replacement = node.optional("replacement", Node.text)
+    exact_results = node.optional("exact_results", Node.text)
     one_thread = node.optional("one_thread_deterministic", Node.boolean, False)
     by_default = node.optional("hazard_by_default", Node.boolean, False)
     if by_default and static is None:
@@ -155,6 +156,7 @@ def _read_entry(node: Node) -> OpEntry:
         deterministic_settings=settings,
         replacement=replacement,
         hazard_by_default=by_default,
+        exact_results=exact_results,
     )
 
 

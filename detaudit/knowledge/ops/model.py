@@ -157,6 +157,9 @@ class OpEntry(HasBehaviours):
     one_thread_deterministic: bool = False  # CPU: deterministic with one intra-op thread
     deterministic_settings: tuple[str, ...] = ()  # settings-table ids whose safe values fix it
     replacement: str | None = None  # what to compute instead where deterministic algorithms raise
+    #: why the results are the same whatever the order (atomic adds of ones to float counts): only
+    #: deterministic mode's error at the op is a hazard, not the values
+    exact_results: str | None = None
     # ``static`` names a run-time choice whose default is the hazard (SDPA's backend on CUDA):
     # a call site is certain unless the code moves off the default
     hazard_by_default: bool = False

@@ -71,7 +71,10 @@ class NondeterministicOp(Rule):
         nondeterministic through a process-wide choice (autotuning, the
         algorithms cuDNN may pick), fixed by one setting, not per call site;
         `cudnn-benchmark` and `determinism-not-requested` name it once, where
-        it can be fixed.
+        it can be fixed.  Ops whose results are exact in any order (`histc`
+        adds ones to float counts, exact below 2**24 per bin) are reported
+        only where the file enables deterministic algorithms, which raise on
+        them.
 
         Backward-only hazards (gather, interpolate, reflect pad, adaptive
         pooling, SDPA: nondeterministic only in their CUDA backward) are
@@ -148,6 +151,8 @@ class NondeterministicOp(Rule):
         # a conditioning image taken from the batch
         "import torch.nn.functional as F\nfor step, batch in enumerate(dataloader):\n"
         "    cond = batch['cond'].to(device)\n    loss = model(batch['x'], F.interpolate(cond, scale_factor=2, mode='bicubic')).mean()\n",
+        # a histogram's counts are sums of ones, exact in any order below 2**24 per bin
+        "import torch\nintersection = torch.histc(pred[pred == target].float(), bins=150, min=0, max=149)\n",
         # per-pixel losses kept unreduced take no atomics
         "import torch\nloss_map = torch.nn.CrossEntropyLoss(ignore_index=255, reduction='none')\n",
         # adaptive average pooling to 1x1 runs as a mean, whose backward only broadcasts
@@ -172,6 +177,12 @@ class NondeterministicOp(Rule):
             message="(backward)",
         ),
         Invalid("import torch\nhist = torch.bincount(labels, weights=w)\n", line=2),
+        # exact counts, but deterministic mode raises on them
+        Invalid(
+            "import torch\ntorch.use_deterministic_algorithms(True)\ncounts = torch.histc(x.cuda().float(), bins=10)\n",
+            line=3,
+            message="will raise under deterministic mode",
+        ),
         Invalid("import torch\nmedians = torch.median(torch.tensor(xs, device='cuda'), dim=0)\n", line=2),
         Invalid("import torch\npool = torch.nn.AdaptiveAvgPool2d((7, 7))\n", line=2, message="CUDA"),
         Invalid("import torch\nbag = torch.nn.EmbeddingBag(100, 8, mode='max')\n", line=2),
@@ -253,7 +264,8 @@ class NondeterministicOp(Rule):
             if match.cuda_only and self._operand_on_cpu(call, site):
                 continue
             if not state.enabled:
-                pending[site.cause].append(site)
+                if match.entry.exact_results is None:  # exact whatever the order: only deterministic mode's error matters
+                    pending[site.cause].append(site)
             elif match.raises_under_deterministic_mode:
                 self.report(call.node, self._raise_message(site, state.warn_only))
             elif "nothing" in match.deterministic_modes:
