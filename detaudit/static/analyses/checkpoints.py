@@ -52,7 +52,7 @@ from detaudit.static.analyses.rng_apis import (
     initialises_weights,
 )
 from detaudit.static.engine.facts import CallFact, Scope
-from detaudit.static.engine.names import dotted_name
+from detaudit.static.engine.names import callee_name, dotted_name
 from detaudit.static.engine.walk import child_nodes
 
 if TYPE_CHECKING:
@@ -302,7 +302,7 @@ class Checkpoints:
         last = function.rpartition(".")[2]
         if last in PER_STEP_FUNCTIONS:
             return True
-        return any(_in_loop(c.scope) and _callee_name(c.node.func) == last for c in self._facts.calls)
+        return any(_in_loop(c.scope) and callee_name(c.node.func) == last for c in self._facts.calls)
 
     def repeats_beside(self, call: CallFact, save: CallFact) -> bool:
         """``call`` runs again and again in the loop that saves with ``save``: in a
@@ -316,7 +316,7 @@ class Checkpoints:
             return _in_loop(call.scope)
         last = (function or "").rpartition(".")[2]
         return function is not None and any(
-            _in_loop(c.scope) and c.scope.function == save.scope.function and _callee_name(c.node.func) == last
+            _in_loop(c.scope) and c.scope.function == save.scope.function and callee_name(c.node.func) == last
             for c in self._facts.calls
         )
 
@@ -448,7 +448,7 @@ class Checkpoints:
             receiver = _receiver(call) or ""
             if call.method == "load_state_dict" and (receiver in optimizers or "optim" in receiver.rpartition(".")[2].lower()):
                 return True
-            callee = (_callee_name(call.node.func) or "").lower()
+            callee = (callee_name(call.node.func) or "").lower()
             if any(word in callee for word in _RESTORING_WORDS) and any(
                 dotted_name(arg.value) in optimizers for arg in call.node.args
             ):
@@ -578,14 +578,6 @@ def _bound_dict_node(scope: cst.CSTNode, name: str, save: cst.Call) -> cst.Dict 
 def _in_loop(scope: Scope) -> bool:
     return any(isinstance(condition, (cst.For, cst.While)) for condition in scope.conditions)
 
-
-def _callee_name(func: cst.BaseExpression) -> str | None:
-    """The last part of a callee's name: ``f`` of ``f(...)``, ``save`` of ``self.save(...)``."""
-    if isinstance(func, cst.Name):
-        return func.value
-    if isinstance(func, cst.Attribute):
-        return func.attr.value
-    return None
 
 
 def _dropout_probability_zero(call: CallFact, api: str, facts) -> bool:

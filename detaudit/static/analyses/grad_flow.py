@@ -45,9 +45,8 @@ A module-level function's callers are looked for in the whole project (its
 other files that mention the function's name, through the project index):
 called only where no gradient flows, or a private one (``_crop``) called
 nowhere, it passes none (a public one may be called by the project's users);
-called
-anywhere a gradient may flow (a training loss on a generator's output), it
-may.  Where a mention is not a call (the function passed on, stored in a
+called anywhere a gradient may flow (a training loss on a generator's output),
+it may.  Where a mention is not a call (the function passed on, stored in a
 registry, named in a config file), or the project cannot be read, only this
 file's calls decide.  Methods are decided from this file alone.
 """
@@ -65,6 +64,7 @@ import libcst as cst
 
 from detaudit.knowledge.apis import DATA_API_ALIASES, DATALOADER
 from detaudit.static.engine.facts import CallFact, FileFacts, Scope
+from detaudit.static.engine.names import callee_name
 from detaudit.static.engine.walk import child_nodes, walk
 
 if TYPE_CHECKING:
@@ -388,15 +388,19 @@ class GradFlow:
         if self._evaluates(name):
             return f"{short}() evaluates: it puts a model in eval mode and never calls backward()"
         sites = self._call_sites(name, function)
-        reasons = [self._no_grad_block(site.scope) or self._function_verdict(self._defining_function(site.scope.function)) for site in sites]
+        reasons = [self._site_verdict(site) for site in sites]
         external = self._external_sites(short, sites) if function.owner is None else None
         if external is not None:
-            reasons += [flow._no_grad_block(site.scope) or flow._function_verdict(flow._defining_function(site.scope.function)) for flow, site in external]
+            reasons += [flow._site_verdict(site) for flow, site in external]
             if not reasons and short.startswith("_"):
                 return f"{short}() is called nowhere in the project"  # a private helper: dead code
         if reasons and all(reasons):
             return f"{short}() is only called where no gradient flows ({reasons[0]})"
         return None
+
+    def _site_verdict(self, site: CallFact) -> str | None:
+        """Why no gradient flows where the call ``site`` (of this file) is made, or None."""
+        return self._no_grad_block(site.scope) or self._function_verdict(self._defining_function(site.scope.function))
 
     def _external_sites(self, short: str, sites: list[CallFact]) -> list[tuple["GradFlow", CallFact]] | None:
         """The calls of this file's module-level function ``short`` in the project's
@@ -682,7 +686,7 @@ class ProjectCallers:
             if summary is None or summary.tree is None or digest is None:
                 return None
             self._context.dependencies[str(path)] = digest
-            calls = [call for call in summary.facts.calls if _callee_name(call.node.func) == function]
+            calls = [call for call in summary.facts.calls if callee_name(call.node.func) == function]
             if summary.name_mentions[function] != len(calls):
                 return None  # passed on or stored: it may be called where this cannot see
             flow = self._flows.get(path)
@@ -696,11 +700,6 @@ class ProjectCallers:
                     found.append((flow, call))
         return found
 
-
-def _callee_name(func: cst.BaseExpression) -> str | None:
-    if isinstance(func, cst.Name):
-        return func.value
-    return func.attr.value if isinstance(func, cst.Attribute) else None
 
 
 def _parents(root: cst.CSTNode) -> dict[int, tuple[cst.CSTNode, cst.CSTNode | None]]:

@@ -30,6 +30,15 @@ def dotted_name(node: cst.BaseExpression) -> str | None:
     return None
 
 
+def callee_name(func: cst.BaseExpression) -> str | None:
+    """The last part of a callee's name: ``f`` of ``f(...)``, ``save`` of ``self.save(...)``."""
+    if isinstance(func, cst.Name):
+        return func.value
+    if isinstance(func, cst.Attribute):
+        return func.attr.value
+    return None
+
+
 def _module_name(node: cst.BaseExpression | None) -> str:
     return dotted_name(node) or "" if node is not None else ""
 
