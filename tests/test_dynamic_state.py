@@ -158,4 +158,6 @@ def test_tracer_forgets_freed_storages_and_restores_the_garbage_collector():
             values = values + 1  # a new storage per op; the previous one is freed
     assert gc.get_freeze_count() == 0
     assert len(tracer.records) == 6000
-    assert len(tracer.tables) <= 2 * 4096  # not one entry per op
+    # not one entry per op, nor thousands of dead ones: each holds its storage's C++ object among the
+    # freed tensor memory, and many fragment the heap (storage_tables.MIN_FORGET_AT)
+    assert len(tracer.tables) <= 200
