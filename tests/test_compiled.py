@@ -127,3 +127,24 @@ def test_warnings_name_graph_breaks_autotuning_and_a_backend_other_than_inductor
 )
 def test_what_a_bisection_found_reads_as_a_sentence(found, expected):
     assert expected in describe_inside_graph(found)
+
+
+def test_a_compiled_forward_hands_back_inputs_with_the_digests_they_already_have():
+    import torch
+    from torch import nn
+
+    from detaudit.dynamic.record.tracer import OpTracer
+
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 32), nn.LayerNorm(32), nn.Linear(32, 2))
+    compiled = torch.compile(model)
+    x = torch.randn(64, 8)
+    with OpTracer(trace_compiled=True) as tracer:
+        compiled(x).sum().backward()
+    trace = tracer.trace_data()
+    [forward] = [record for record in trace["ops"] if record.op.endswith(".forward")]
+    # AOTAutograd's forward returns, beside its result, what its backward reads: the
+    # input and weights themselves among them, digested once, as inputs
+    handed_back = set(forward.outputs) & set(forward.inputs)
+    assert len(handed_back) >= 2
+    assert {trace["digests"][i] for i in handed_back} <= {tracer.digest(t) for t in [x, *model.parameters()]}

@@ -125,7 +125,7 @@ class _GraphCallInfo:
 
     untraced = communicates = reads_storage = python_only = False
     is_view = is_allocation = returns_python = single_result = False
-    flat_args = True
+    flat_args = boxed = returns_inputs = True
     unread_args = ()
 
     def __init__(self, graph: CompiledGraph, compiled, mutated_inputs):
@@ -135,8 +135,8 @@ class _GraphCallInfo:
         self.written_args = [(index, "") for index in sorted(mutated_inputs)]
         self._compiled = compiled
 
-    def call(self, *inputs):
-        return self._compiled(list(inputs))
+    def call(self, inputs: list):
+        return self._compiled(inputs)  # empties the list, as the graph frees each input after its last use
 
 
 class CompiledGraphs:
@@ -210,7 +210,7 @@ class CompiledGraphs:
         self.calls += 1
         self.graphs.setdefault(graph.name, graph)
         tracer = self.tracer
-        arguments = tuple(inputs)
+        arguments = list(inputs)  # the graph empties it (OpTracer.record's boxed call)
         if isinstance(inputs, list):
             inputs.clear()  # the boxed convention: the callee empties the caller's list, letting go of the inputs
         caller = sys._getframe(2)

@@ -52,6 +52,10 @@ def mark_unread(info: "OpInfo", args, kwargs, flat_args: list, inputs: list, lea
 class OpInfo:
     """What the tracer needs to know about an op overload, computed once."""
 
+    # a compiled graph's (compiled_graphs.py): called with its arguments' list, which it empties;
+    # among its outputs, some of its inputs themselves
+    boxed = returns_inputs = False
+
     def __init__(self, func):
         schema = func._schema
         self.name = str(func)

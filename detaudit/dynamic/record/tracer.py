@@ -566,6 +566,12 @@ class OpTracer:
         if info.is_allocation:
             tables.allocated(tensor, record_index)
             return UNINIT
+        if info.returns_inputs and not written:
+            # an input handed back as it was (a compiled forward returns the parameters and
+            # inputs its backward reads): the same bytes, with the digest they already have
+            known = tables.known(tensor)
+            if known is not None:
+                return known
         tables.produced(tensor, record_index, written)
         digest_id = self._stage_digest(tensor)
         tables.remember(tensor, version_of(tensor), digest_id, written)
@@ -650,10 +656,16 @@ class OpTracer:
                     call = op_call(info.name, args, kwargs, rng_state)
         if self.observer is not None:
             self.observer.before_op(record_index, flat_args, inputs, leaves)
+        if info.boxed:
+            # A compiled graph frees each input after its last use, from the list it is handed
+            # (the boxed convention): holding them here would keep every saved activation alive
+            # through the whole backward, a memory peak the plain run does not have.
+            kept_inputs = [args[index] for index, _ in info.written_args]  # read again after the call
+            value = flat_args = view_of = None
 
         self.dispatching = site
         try:
-            result = info.call(*args, **kwargs)
+            result = info.call(args) if info.boxed else info.call(*args, **kwargs)
         finally:
             self.dispatching = None
 
@@ -661,7 +673,10 @@ class OpTracer:
             self._fill_allocation(result)
         flat_result = (result,) if info.single_result else _flatten((result,), [])
         if info.written_args:
-            written = [args[index] if index < len(args) else kwargs.get(name) for index, name in info.written_args]
+            if info.boxed:
+                written = kept_inputs
+            else:
+                written = [args[index] if index < len(args) else kwargs.get(name) for index, name in info.written_args]
             if not info.flat_args:  # a written list of tensors (the _foreach_ ops')
                 written = _flatten(written, [])
             written = [item for item in written if isinstance(item, torch.Tensor)]
