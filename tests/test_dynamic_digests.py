@@ -137,6 +137,36 @@ def test_a_single_change_anywhere_in_a_large_tensor_shows(dtype, path):
         assert digest(changed_at(tensor, position), path) != reference, position
 
 
+@pytest.mark.parametrize("portable", [False, True], ids=["as-the-cpu-allows", "portable-loop"])
+def test_the_compiled_weighted_sum_gives_numpys_digest_bit_for_bit(portable):
+    """The compiled recorder's words_digest (AVX-512 where the CPU has it, else
+    the portable loop) is host_digest's numpy sum, to the bit: reference
+    folders and other processes compare these numbers."""
+    import ctypes
+    import zlib
+
+    from detaudit.dynamic.record import digests, native
+
+    OpTracer()  # a tracer loads the compiled recorder
+    module = native.loaded()
+    if module is None:
+        pytest.skip(f"no compiled recorder here: {native.unavailable_reason()}")
+    generator = torch.Generator().manual_seed(0)
+    data = torch.randint(0, 256, (2 * digests._CHUNK_WORDS * 8 + 1000,), dtype=torch.uint8, generator=generator)
+    # unaligned starts, 0-7 trailing bytes, one and several chunks (the last one partial)
+    for start, size in [(0, digests.CRC_MAX_BYTES), (1, digests.CRC_MAX_BYTES + 7), (3, 100_003), (5, data.numel() - 5)]:
+        piece = data[start : start + size]
+        expected = digests._words_digest(piece.numpy())
+        if not portable:
+            assert digests.host_digest(piece) == expected, (start, size)
+            continue
+        address, words = piece.data_ptr(), size // 8
+        tail = zlib.crc32(ctypes.string_at(address + 8 * words, size - 8 * words))
+        assert module.words_digest(
+            address, words, tail, digests._WEIGHT_MULTIPLIER_U64, digests._CHUNK_WORDS, digests._CHUNK_MULTIPLIER, True
+        ) == expected, (start, size)
+
+
 def test_host_and_device_digests_agree_on_equality():
     # the same tensors, compared pairwise: equal bits <=> equal host digest <=> equal device digest
     tensors = []

@@ -22,6 +22,8 @@ import numpy
 import torch
 from torch.utils._python_dispatch import is_traceable_wrapper_subclass
 
+from detaudit.dynamic.record import native
+
 # elements kept of each output of a sampled capture (the divergence chart's
 # deviations): up to 32 KiB a tensor, whatever the model's size
 SAMPLE_ELEMENTS = 4096
@@ -31,7 +33,9 @@ _INT_OF_SIZE = {1: torch.int8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
 # the CPU digest (host_digest): CRC-32 up to this size, then weighted 64-bit words
 CRC_MAX_BYTES = 16 * 1024
 _CHUNK_WORDS = 1 << 18  # 2 MiB of weights: stays in cache while the data streams past
-_HOST_WEIGHTS = numpy.arange(_CHUNK_WORDS, dtype=numpy.uint64) * numpy.uint64(_WEIGHT_MULTIPLIER % (1 << 64)) | numpy.uint64(1)
+_WEIGHT_MULTIPLIER_U64 = _WEIGHT_MULTIPLIER % (1 << 64)
+# word i of a chunk weighs i * multiplier | 1 (odd: every word counts), here and in native/recorder.cpp's weighted_sum
+_HOST_WEIGHTS = numpy.arange(_CHUNK_WORDS, dtype=numpy.uint64) * numpy.uint64(_WEIGHT_MULTIPLIER_U64) | numpy.uint64(1)
 _CHUNK_MULTIPLIER = 0x100000001B3  # FNV-64 prime: chunk order matters
 _BYTE_ARRAYS: dict[int, type] = {}  # size -> ctypes.c_char * size, made once (more than a small CRC's cost)
 _UINT64_MASK = (1 << 64) - 1
@@ -55,14 +59,15 @@ def inner_tensors(wrapper: torch.Tensor) -> list[torch.Tensor]:
 def host_digest(tensor: torch.Tensor) -> int:
     """Digest of a CPU tensor's bytes in logical (row-major) order: position-
     sensitive, any dtype, equal across processes.  Small tensors get a CRC-32;
-    larger ones a sum of their 64-bit words times odd position weights (a
-    numpy integer dot product: one pass, no temporary, about 3x faster than
-    CRC-32), taken in chunks so the weights stay small and cached.
+    larger ones a sum of their 64-bit words times odd position weights (one
+    pass, no temporary, about 3x faster than CRC-32 in numpy and 4x more
+    compiled), taken in chunks so the weights stay small and cached.
 
-    A small contiguous tensor's bytes are read in place, through a ctypes
-    view of its memory: the same bytes ``Tensor.numpy`` would show (conj and
-    neg bits aside, which go the long way), without its several microseconds
-    of checks and array building, most of the digest's cost on small ops.
+    A contiguous tensor's bytes are read in place, at their address: through a
+    ctypes view for a CRC, by the compiled recorder's ``words_digest`` for the
+    weighted sum once this process has loaded it.  They are the bytes
+    ``Tensor.numpy`` would show (conj and neg bits aside, which go the long
+    way), without its several microseconds of checks and array building.
 
     A wrapper subclass (DTensor, the tensors FSDP2 and others make) holds no
     bytes of its own: its digest is that of the tensors inside it (a DTensor's
@@ -71,16 +76,27 @@ def host_digest(tensor: torch.Tensor) -> int:
         return zlib.crc32(b"".join(host_digest(t).to_bytes(8, "little") for t in inner_tensors(tensor)))
     if not tensor.is_contiguous():
         tensor = tensor.contiguous()
-    else:
+    if not (tensor.is_conj() or tensor.is_neg()):
         size = tensor.nbytes
-        if size < CRC_MAX_BYTES and not (tensor.is_conj() or tensor.is_neg()):
+        if size < CRC_MAX_BYTES:
             array_type = _BYTE_ARRAYS.get(size) or _BYTE_ARRAYS.setdefault(size, ctypes.c_char * size)
             return zlib.crc32(array_type.from_address(tensor.data_ptr()))
+        compiled = native.loaded()
+        if compiled is not None:  # the same digest, about 4x faster where the CPU has AVX-512
+            address, words = tensor.data_ptr(), size // 8
+            tail = zlib.crc32(ctypes.string_at(address + 8 * words, size - 8 * words))  # the last 0-7 bytes
+            return compiled.words_digest(address, words, tail, _WEIGHT_MULTIPLIER_U64, _CHUNK_WORDS, _CHUNK_MULTIPLIER)
     if tensor.dtype not in _NUMPY_DTYPES:
         tensor = tensor.resolve_conj().reshape(-1).view(torch.uint8)
     data = host_array(tensor, force=True)  # force: detach, resolve conj/neg bits
     if data.nbytes < CRC_MAX_BYTES:
         return zlib.crc32(data)
+    return _words_digest(data)
+
+
+def _words_digest(data: numpy.ndarray) -> int:
+    """``host_digest`` of the bytes of ``data`` (``CRC_MAX_BYTES`` or more), in
+    numpy: the compiled recorder's ``words_digest`` computes the same."""
     data = data.reshape(-1).view(numpy.uint8)
     words = data[: data.size // 8 * 8].view(numpy.uint64)
     digest = zlib.crc32(data[words.size * 8 :])  # the last 0-7 bytes

@@ -4,7 +4,8 @@
 does the same on the same state for the common op, at about a third of the
 added cost per op, and hands it the rest.  The same library holds the
 compiled storage tables (``storage_tables.py``'s twin), which a tracer uses
-from both recorders when the library loads.  It is built on first use
+from both recorders when the library loads, and ``words_digest``, the sum
+``digests.host_digest`` takes of a large tensor's words (numpy's, to the bit).  It is built on first use
 against the installed torch's headers (every torch wheel carries them) with the system's C++ compiler
 (``$CXX``, else ``c++``), into a cache folder: ``$DETAUDIT_NATIVE_CACHE``,
 else ``$XDG_CACHE_HOME/detaudit/native``, else ``~/.cache/detaudit/native``.
@@ -225,6 +226,12 @@ def load():
     if _loaded is None:
         module, _unavailable = _load()
         _loaded = module or False
+    return _loaded or None
+
+
+def loaded():
+    """The compiled module if this process has loaded it already, else None
+    (never builds): for code that only runs faster with it (``digests.host_digest``)."""
     return _loaded or None
 
 
