@@ -152,7 +152,7 @@ def test_the_compiled_weighted_sum_gives_numpys_digest_bit_for_bit(portable):
     if module is None:
         pytest.skip(f"no compiled recorder here: {native.unavailable_reason()}")
     generator = torch.Generator().manual_seed(0)
-    data = torch.randint(0, 256, (2 * digests._CHUNK_WORDS * 8 + 1000,), dtype=torch.uint8, generator=generator)
+    data = torch.randint(0, 256, (2 * digests.CHUNK_WORDS * 8 + 1000,), dtype=torch.uint8, generator=generator)
     # unaligned starts, 0-7 trailing bytes, one and several chunks (the last one partial)
     for start, size in [(0, digests.CRC_MAX_BYTES), (1, digests.CRC_MAX_BYTES + 7), (3, 100_003), (5, data.numel() - 5)]:
         piece = data[start : start + size]
@@ -163,7 +163,7 @@ def test_the_compiled_weighted_sum_gives_numpys_digest_bit_for_bit(portable):
         address, words = piece.data_ptr(), size // 8
         tail = zlib.crc32(ctypes.string_at(address + 8 * words, size - 8 * words))
         assert module.words_digest(
-            address, words, tail, digests._WEIGHT_MULTIPLIER_U64, digests._CHUNK_WORDS, digests._CHUNK_MULTIPLIER, True
+            address, words, tail, digests.WEIGHT_MULTIPLIER, digests.CHUNK_WORDS, digests.CHUNK_MULTIPLIER, True
         ) == expected, (start, size)
 
 

@@ -146,8 +146,16 @@ def autocast_bf16():
     return model, optimizer, lambda: (torch.randn(6, 12), torch.randint(0, 2, (6,)))
 
 
+def wide_mlp_sgd():
+    """Tensors past CRC_MAX_BYTES, whose digest is the weighted sum of their words, one of
+    them with 4 trailing bytes (33 x 131 float32): the compiled recorder takes it in C++."""
+    model = nn.Sequential(nn.Linear(40, 131), nn.ReLU(), nn.Linear(131, 3))
+    return model, torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9), lambda: (torch.randn(33, 40), torch.randint(0, 3, (33,)))
+
+
 WORKLOADS = {
     "mlp-adam-foreach": (mlp_adam_foreach, False),
+    "wide-mlp-sgd": (wide_mlp_sgd, False),
     "cnn-adamw-fused-channels-last": (cnn_adamw_fused_channels_last, False),
     "lstm-sgd": (lstm_sgd, False),
     "odd-paths": (odd_paths_sgd, False),

@@ -30,15 +30,17 @@ SAMPLE_ELEMENTS = 4096
 _WEIGHT_MULTIPLIER = 0x9E3779B97F4A7C15 - (1 << 64)  # golden-ratio constant as a signed int64
 _DEVICE_WEIGHT_STEP = (2 * _WEIGHT_MULTIPLIER + (1 << 63)) % (1 << 64) - (1 << 63)  # as int64; weight(i) = i * step + 1
 _INT_OF_SIZE = {1: torch.int8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
-# the CPU digest (host_digest): CRC-32 up to this size, then weighted 64-bit words
+# the CPU digest (host_digest): CRC-32 up to this size, then weighted 64-bit words, in chunks;
+# word i of a chunk weighs i * WEIGHT_MULTIPLIER | 1 (odd: every word counts).  The compiled
+# recorder computes the same (native/recorder.cpp's chunked_words_digest, given these constants)
 CRC_MAX_BYTES = 16 * 1024
-_CHUNK_WORDS = 1 << 18  # 2 MiB of weights: stays in cache while the data streams past
-_WEIGHT_MULTIPLIER_U64 = _WEIGHT_MULTIPLIER % (1 << 64)
-# word i of a chunk weighs i * multiplier | 1 (odd: every word counts), here and in native/recorder.cpp's weighted_sum
-_HOST_WEIGHTS = numpy.arange(_CHUNK_WORDS, dtype=numpy.uint64) * numpy.uint64(_WEIGHT_MULTIPLIER_U64) | numpy.uint64(1)
-_CHUNK_MULTIPLIER = 0x100000001B3  # FNV-64 prime: chunk order matters
+CHUNK_WORDS = 1 << 18  # 2 MiB of weights: stays in cache while the data streams past
+WEIGHT_MULTIPLIER = _WEIGHT_MULTIPLIER % (1 << 64)
+CHUNK_MULTIPLIER = 0x100000001B3  # FNV-64 prime: chunk order matters
+_HOST_WEIGHTS = numpy.arange(CHUNK_WORDS, dtype=numpy.uint64) * numpy.uint64(WEIGHT_MULTIPLIER) | numpy.uint64(1)
 _BYTE_ARRAYS: dict[int, type] = {}  # size -> ctypes.c_char * size, made once (more than a small CRC's cost)
 _UINT64_MASK = (1 << 64) - 1
+_PLAIN_TENSOR_TYPES = (torch.Tensor, torch.nn.Parameter)  # no wrapper subclass: the common case, checked first
 # Tensor.numpy as torch defines it (the tracer records the user's calls: PYTHON_READS)
 _TENSOR_NUMPY = torch.Tensor.numpy
 # dtypes Tensor.numpy() converts; the others (bfloat16, float8, unsigned ints
@@ -72,7 +74,7 @@ def host_digest(tensor: torch.Tensor) -> int:
     A wrapper subclass (DTensor, the tensors FSDP2 and others make) holds no
     bytes of its own: its digest is that of the tensors inside it (a DTensor's
     is this rank's shard)."""
-    if is_traceable_wrapper_subclass(tensor):
+    if type(tensor) not in _PLAIN_TENSOR_TYPES and is_traceable_wrapper_subclass(tensor):
         return zlib.crc32(b"".join(host_digest(t).to_bytes(8, "little") for t in inner_tensors(tensor)))
     if not tensor.is_contiguous():
         tensor = tensor.contiguous()
@@ -84,8 +86,9 @@ def host_digest(tensor: torch.Tensor) -> int:
         compiled = native.loaded()
         if compiled is not None:  # the same digest, about 4x faster where the CPU has AVX-512
             address, words = tensor.data_ptr(), size // 8
-            tail = zlib.crc32(ctypes.string_at(address + 8 * words, size - 8 * words))  # the last 0-7 bytes
-            return compiled.words_digest(address, words, tail, _WEIGHT_MULTIPLIER_U64, _CHUNK_WORDS, _CHUNK_MULTIPLIER)
+            # the CRC-32 of the last 0-7 bytes (0 for none, as zlib.crc32(b"") is)
+            tail = zlib.crc32(ctypes.string_at(address + 8 * words, size % 8)) if size % 8 else 0
+            return compiled.words_digest(address, words, tail, WEIGHT_MULTIPLIER, CHUNK_WORDS, CHUNK_MULTIPLIER)
     if tensor.dtype not in _NUMPY_DTYPES:
         tensor = tensor.resolve_conj().reshape(-1).view(torch.uint8)
     data = host_array(tensor, force=True)  # force: detach, resolve conj/neg bits
@@ -100,9 +103,9 @@ def _words_digest(data: numpy.ndarray) -> int:
     data = data.reshape(-1).view(numpy.uint8)
     words = data[: data.size // 8 * 8].view(numpy.uint64)
     digest = zlib.crc32(data[words.size * 8 :])  # the last 0-7 bytes
-    for start in range(0, words.size, _CHUNK_WORDS):
-        chunk = words[start : start + _CHUNK_WORDS]
-        digest = (digest * _CHUNK_MULTIPLIER + int(numpy.dot(chunk, _HOST_WEIGHTS[: chunk.size]))) & _UINT64_MASK
+    for start in range(0, words.size, CHUNK_WORDS):
+        chunk = words[start : start + CHUNK_WORDS]
+        digest = (digest * CHUNK_MULTIPLIER + int(numpy.dot(chunk, _HOST_WEIGHTS[: chunk.size]))) & _UINT64_MASK
     return digest
 
 

@@ -75,7 +75,10 @@ from detaudit.dynamic.compare.trace_format import (
 from detaudit.dynamic.record import native
 from detaudit.dynamic.record.collectives import EARLY_READ_FIELDS, Communications
 from detaudit.dynamic.record.digests import (
+    CHUNK_MULTIPLIER,
+    CHUNK_WORDS,
     CRC_MAX_BYTES,
+    WEIGHT_MULTIPLIER,
     DeviceDigests,
     full_capture,
     host_digest,
@@ -196,6 +199,7 @@ def native_constants() -> dict:
         "result_meta": _result_meta, "forward": FORWARD, "backward": BACKWARD, "optimizer": OPTIMIZER, "setup": SETUP,
         "produced": PRODUCED, "allocated": ALLOCATED, "external": EXTERNAL, "uninit": UNINIT, "unread": UNREAD,
         "crc_max_bytes": CRC_MAX_BYTES, "stage_limit": _STAGE_LIMIT, "min_forget_at": MIN_FORGET_AT,
+        "weight_multiplier": WEIGHT_MULTIPLIER, "chunk_words": CHUNK_WORDS, "chunk_multiplier": CHUNK_MULTIPLIER,
         "user_files": USER_FILES, "is_user_file": is_user_file, "resumable_code": RESUMABLE_CODE,
     }
 

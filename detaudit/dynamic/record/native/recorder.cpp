@@ -11,7 +11,7 @@
 // any op while one is pending), an op with a storage argument and an op on a
 // tensor subclass other than Parameter go to OpTracer.record whole; a digest
 // that is not a small contiguous CPU tensor's CRC-32 goes to
-// OpTracer._stage_digest, which takes a large tensor's weighted sum here too (words_digest).
+// OpTracer._stage_digest (a contiguous CPU tensor's digest is taken here, large ones by words_digest's loop).
 // Built and loaded by native/__init__.py; held to the Python recorder by
 // tests/test_dynamic_native.py, and words_digest to numpy by tests/test_dynamic_digests.py.
 //
@@ -94,6 +94,8 @@ struct Constants {
   int64_t uninit_id;  // uninit's value
   Py_ssize_t crc_max_bytes, stage_limit;
   size_t min_forget_at;  // storage_tables.MIN_FORGET_AT
+  uint64_t weight_multiplier, chunk_multiplier;  // digests.host_digest's weighted sum
+  int64_t chunk_words;
 };
 Constants constants;
 
@@ -278,6 +280,9 @@ struct LayoutKeyHash {
 // storage_tables.version_of says.
 int64_t version_of(const at::Tensor& tensor) { return tensor.is_inference() ? 0 : tensor._version(); }
 
+uint64_t chunked_words_digest(const unsigned char* bytes, int64_t words, uint64_t digest, uint64_t multiplier,
+                              int64_t chunk_words, uint64_t chunk_multiplier, bool portable);
+
 class StorageTables {
  public:
   // The digest id of the tensor's bytes at its current version, if known.
@@ -424,13 +429,22 @@ struct Tracer {
     return static_cast<bool>(watcher);
   }
 
-  // OpTracer._stage_digest, with the CRC-32 of a small contiguous CPU tensor
-  // done here: the digest id into *digest_id, and as a new reference
+  // OpTracer._stage_digest, with a contiguous CPU tensor's digest (digests.host_digest's)
+  // taken here: the digest id into *digest_id, and as a new reference
   PyObject* stage_digest(PyObject* object, const at::Tensor& tensor, int64_t* digest_id) {
     if (host_digests && tensor.is_cpu() && tensor.layout() == c10::kStrided && tensor.is_contiguous() &&
-        static_cast<Py_ssize_t>(tensor.nbytes()) < constants.crc_max_bytes && !tensor.is_conj() &&
-        !tensor.is_neg()) {
-      Ref digest(tensor.nbytes() ? crc32_of(tensor.const_data_ptr(), tensor.nbytes()) : Ref::borrow(constants.zero).release());
+        !tensor.is_conj() && !tensor.is_neg()) {
+      const auto size = static_cast<Py_ssize_t>(tensor.nbytes());
+      const auto* bytes = static_cast<const unsigned char*>(size ? tensor.const_data_ptr() : nullptr);
+      Ref digest;
+      if (size < constants.crc_max_bytes) {
+        digest = size ? Ref(crc32_of(bytes, size)) : Ref::borrow(constants.zero);
+      } else {
+        unsigned long tail = 0;  // the CRC-32 of the last 0-7 bytes
+        if (!crc32_update(bytes + size / 8 * 8, size % 8, &tail)) return nullptr;
+        digest = Ref(PyLong_FromUnsignedLongLong(chunked_words_digest(bytes, size / 8, tail, constants.weight_multiplier,
+                                                                      constants.chunk_words, constants.chunk_multiplier, false)));
+      }
       if (!digest) return nullptr;
       *digest_id = PyList_GET_SIZE(digests) + PyList_GET_SIZE(staged);
       if (PyList_Append(staged, digest.get()) < 0) return nullptr;
@@ -1221,9 +1235,14 @@ PyObject* configure(PyObject*, PyObject* given) {
       !(c.unread = item("unread")))
     return nullptr;
   Ref crc_max(item("crc_max_bytes")), stage_limit(item("stage_limit")), resumable(item("resumable_code")),
-      min_forget_at(item("min_forget_at"));
-  if (!crc_max || !stage_limit || !resumable || !min_forget_at) return nullptr;
+      min_forget_at(item("min_forget_at")), weight_multiplier(item("weight_multiplier")),
+      chunk_words(item("chunk_words")), chunk_multiplier(item("chunk_multiplier"));
+  if (!crc_max || !stage_limit || !resumable || !min_forget_at || !weight_multiplier || !chunk_words || !chunk_multiplier)
+    return nullptr;
   c.min_forget_at = PyLong_AsSize_t(min_forget_at.get());
+  c.weight_multiplier = PyLong_AsUnsignedLongLongMask(weight_multiplier.get());
+  c.chunk_multiplier = PyLong_AsUnsignedLongLongMask(chunk_multiplier.get());
+  c.chunk_words = PyLong_AsLongLong(chunk_words.get());
   c.uninit_id = PyLong_AsLongLong(c.uninit);
   c.resumable_code = PyLong_AsLong(resumable.get());
   c.crc_max_bytes = PyLong_AsSsize_t(crc_max.get());
@@ -1296,10 +1315,22 @@ uint64_t weighted_words(const unsigned char* bytes, int64_t count, uint64_t mult
   return weighted_words_portable(bytes, 0, count, multiplier);
 }
 
-// digests.host_digest's sum over the chunks of a contiguous CPU tensor's 64-bit words, at their address:
-// for each chunk, digest := digest * chunk_multiplier + its weighted sum, from `digest` (the CRC-32 of
-// the last 0-7 bytes).  words_digest(address, words, digest, multiplier, chunk_words, chunk_multiplier,
-// portable=False); portable: without AVX-512 (for tests).
+// digests.host_digest's sum over the chunks of a contiguous CPU tensor's 64-bit words: for each
+// chunk, digest := digest * chunk_multiplier + its weighted sum, from `digest` (the CRC-32 of the
+// last 0-7 bytes).
+uint64_t chunked_words_digest(const unsigned char* bytes, int64_t words, uint64_t digest, uint64_t multiplier,
+                              int64_t chunk_words, uint64_t chunk_multiplier, bool portable) {
+  for (int64_t start = 0; start < words; start += chunk_words) {
+    int64_t count = std::min(chunk_words, words - start);
+    const unsigned char* chunk = bytes + 8 * start;
+    digest = digest * chunk_multiplier +
+             (portable ? weighted_words_portable(chunk, 0, count, multiplier) : weighted_words(chunk, count, multiplier));
+  }
+  return digest;
+}
+
+// words_digest(address, words, digest, multiplier, chunk_words, chunk_multiplier, portable=False):
+// chunked_words_digest for digests.host_digest; portable: without AVX-512 (for tests).
 PyObject* words_digest(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   if (nargs != 6 && nargs != 7) return PyErr_Format(PyExc_TypeError, "words_digest: 6 or 7 arguments, %zd given", nargs);
   const auto* bytes = static_cast<const unsigned char*>(PyLong_AsVoidPtr(args[0]));
@@ -1311,13 +1342,8 @@ PyObject* words_digest(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   int portable = nargs == 7 ? PyObject_IsTrue(args[6]) : 0;
   if (PyErr_Occurred()) return nullptr;
   if (chunk_words <= 0 || words < 0) return PyErr_Format(PyExc_ValueError, "words_digest: a negative or empty size");
-  for (int64_t start = 0; start < words; start += chunk_words) {
-    int64_t count = std::min(chunk_words, words - start);
-    const unsigned char* chunk = bytes + 8 * start;
-    digest = digest * chunk_multiplier +
-             (portable ? weighted_words_portable(chunk, 0, count, multiplier) : weighted_words(chunk, count, multiplier));
-  }
-  return PyLong_FromUnsignedLongLong(digest);
+  return PyLong_FromUnsignedLongLong(
+      chunked_words_digest(bytes, words, digest, multiplier, chunk_words, chunk_multiplier, portable));
 }
 
 PyMethodDef methods[] = {
