@@ -77,7 +77,21 @@ def test_a_graph_break_gives_two_graphs_each_traced_and_the_break_is_reported(tm
     modules = {graph["name"]: graph["modules"] for graph in graphs if graph["kind"] == "forward"}
     assert sorted(map(tuple, modules.values())) == [("fc1", "norm"), ("fc2",)]
     assert [entry["count"] for entry in report.compiled["graph_breaks"]] == [1]
-    assert any("1 graph break:" in warning and "graph_break()" in warning for warning in report.warnings)
+    assert any("1 graph break:" in warning and "graph_break()" in warning and "fullgraph=True" in warning
+               for warning in report.warnings)
+
+
+def test_graphs_recompiled_for_symbolic_sizes_are_marked_and_warned_about(tmp_path):
+    assert len(_plain_digests("dynamic-shapes")) == 1
+    report = _audit("dynamic-shapes", tmp_path, repeats=2)
+    assert report.verdict == "deterministic"
+    graphs = report.compiled["graph_table"]
+    # the first step's graphs are static; the shorter batch recompiled both for symbolic sizes
+    assert sorted((graph["kind"], graph["dynamic"]) for graph in graphs) == [
+        ("backward", False), ("backward", True), ("forward", False), ("forward", True)
+    ]
+    [warning] = [warning for warning in report.warnings if "symbolic sizes" in warning]
+    assert warning.startswith("2 graphs compiled for symbolic sizes") and "dynamic=False" in warning
 
 
 def test_against_an_eager_reference_the_compiled_layernorm_is_named(tmp_path, monkeypatch):

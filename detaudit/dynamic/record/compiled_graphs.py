@@ -84,7 +84,7 @@ _graph_numbers = itertools.count()  # graphs are numbered in the order the proce
 class CompiledGraph:
     """One graph Inductor compiled, as the tracer and the report see it."""
 
-    def __init__(self, index: int, kind: str, gm, kept=None):
+    def __init__(self, index: int, kind: str, gm, example_inputs=(), kept=None):
         self.index = index
         self.kind = kind
         self.name = graph_op_name(index, kind)
@@ -103,6 +103,8 @@ class CompiledGraph:
 
         self.autotune = sorted(option for option in INDUCTOR_AUTOTUNE_OPTIONS if getattr(inductor_config, option, False))
         self.deterministic = bool(getattr(inductor_config, "deterministic", False))
+        # compiled for symbolic sizes (dynamic shapes): a size among its inputs, or a tensor's
+        self.dynamic = any(_is_symbolic(value) for value in example_inputs)
         self.gm = kept  # a copy of the graph for a bisection (graph_bisect.py), None when not kept
 
     def to_dict(self, cwd: str) -> dict:
@@ -117,7 +119,14 @@ class CompiledGraph:
             "modules": self.modules,
             "autotune": self.autotune,
             "inductor_deterministic": self.deterministic,
+            "dynamic": self.dynamic,
         }
+
+
+def _is_symbolic(value) -> bool:
+    if isinstance(value, torch.SymInt):
+        return True
+    return isinstance(value, torch.Tensor) and any(isinstance(size, torch.SymInt) for size in value.shape)
 
 
 class _GraphCallInfo:
@@ -180,7 +189,9 @@ class CompiledGraphs:
                 return original_inner(gm, example_inputs, **kwargs)
             kind = "backward" if kwargs.get("is_backward") else "inference" if kwargs.get("is_inference") else "forward"
             # kept as a copy: Inductor's passes rewrite gm in place
-            graph = CompiledGraph(next(_graph_numbers), kind, gm, _copy_graph(gm) if graphs.keep_graphs else None)
+            graph = CompiledGraph(
+                next(_graph_numbers), kind, gm, example_inputs, _copy_graph(gm) if graphs.keep_graphs else None
+            )
             output = original_inner(gm, example_inputs, **kwargs)
             setattr(output, _GRAPH_ATTRIBUTE, graph)
             graphs.graphs[graph.name] = graph

@@ -20,6 +20,22 @@ AUTOTUNE_HAZARD = (
 )
 
 
+#: What a graph break changes in the numbers, beyond the eager code between the graphs.
+GRAPH_BREAK_HAZARD = (
+    "No kernel fuses across a break, so the split code computes otherwise than one graph would (in low precision "
+    "a fused kernel rounds once where two round twice); torch.compile(..., fullgraph=True) makes a break an error"
+)
+
+#: Why a graph compiled for symbolic sizes is a hazard across runs.
+DYNAMIC_SHAPES_HAZARD = (
+    "after a call with new sizes (torch.compile's automatic dynamic shapes) or with dynamic=True. Inductor "
+    "chose their kernels from the sizes it saw when compiling (how a reduction is split, pytorch#106747), so which "
+    "kernel a call runs, and the bits it computes, can depend on the sizes that came before it: a resumed run or "
+    "another batch order can compute otherwise. Fixed batch sizes (DataLoader drop_last=True) or "
+    "torch.compile(..., dynamic=False) give each size a kernel of its own"
+)
+
+
 def compiled_section(payload: dict) -> dict | None:
     """The report's ``compiled`` section: {"graphs", "calls", "graph_breaks", "graph_table"}; None when nothing compiled."""
     compiled = payload.get("compiled")
@@ -29,7 +45,7 @@ def compiled_section(payload: dict) -> dict | None:
 
 
 def compiled_warnings(payload: dict, *, eager: bool) -> list[str]:
-    """What the report warns about compiled code: regions that ran eagerly, graph breaks, autotuning."""
+    """What the report warns about compiled code: regions that ran eagerly, graph breaks, symbolic sizes, autotuning."""
     calls = payload.get("compile_calls") or []
     where = ", ".join(f"{call['call']} at {call['path']}:{call['line']}" for call in calls)
     if calls and (eager or payload.get("compiled_unavailable")):
@@ -54,8 +70,12 @@ def compiled_warnings(payload: dict, *, eager: bool) -> list[str]:
         reasons = "; ".join(f"{_first_line(entry['reason'])} ({entry['count']}x)" for entry in breaks[:5])
         warnings.append(
             f"{count} graph break{'s' if count != 1 else ''}: dynamo split the compiled code, and what lies between "
-            f"the graphs ran eagerly (traced op by op): {reasons}"
+            f"the graphs ran eagerly (traced op by op): {reasons}. " + GRAPH_BREAK_HAZARD
         )
+    dynamic = [graph["name"] for graph in compiled.get("graph_table", []) if graph.get("dynamic")]
+    if dynamic:
+        warnings.append(f"{len(dynamic)} graph{'s' if len(dynamic) != 1 else ''} compiled for symbolic sizes "
+                        f"({', '.join(dynamic[:4])}{', ...' if len(dynamic) > 4 else ''}), " + DYNAMIC_SHAPES_HAZARD)
     tuned = [graph["name"] for graph in compiled.get("graph_table", []) if graph["autotune"]
              and not graph["inductor_deterministic"]]
     if tuned:
