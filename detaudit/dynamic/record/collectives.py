@@ -185,8 +185,7 @@ _C10D_PYTHON_API = ("distributed_c10d.py", "_functional_collectives.py")
 class _ReceivedInfo:
     """What ``OpTracer._output_ref`` asks of an op's info, for received tensors."""
 
-    is_allocation = False
-    is_view = False
+    is_allocation = is_view = returns_inputs = False
 
 
 _RECEIVED = _ReceivedInfo()
