@@ -61,7 +61,8 @@ def test_a_nondeterministic_kernel_inside_a_graph_is_named_by_the_bisection(tmp_
     inside = cause.inside_graph
     assert inside["reproduced"] and inside["against"] == "replay"
     assert inside["op"] == "detaudit_fixture.jitter.default"
-    assert (inside["line"], inside["path"]) == (_line_of("torch.ops.detaudit_fixture.jitter(h)"), str(FIXTURE))
+    # not the dropout before it: each replay draws from the same generator state
+    assert (inside["line"], inside["path"]) == (_line_of("torch.ops.detaudit_fixture.jitter("), str(FIXTURE))
     assert inside["compiles"] < inside["nodes"]  # a bisection, not a node-by-node walk
     assert "Inside the graph, the first node where two compiled replays" in cause.message()
 
@@ -162,3 +163,17 @@ def test_a_compiled_forward_hands_back_inputs_with_the_digests_they_already_have
     handed_back = set(forward.outputs) & set(forward.inputs)
     assert len(handed_back) >= 2
     assert {trace["digests"][i] for i in handed_back} <= {tracer.digest(t) for t in [x, *model.parameters()]}
+
+
+def test_against_an_eager_reference_a_compiled_dropout_is_named_with_what_makes_it_draw_as_eager(tmp_path, monkeypatch):
+    reference = tmp_path / "eager-ref"
+    monkeypatch.setenv("TORCH_COMPILE_DISABLE", "1")
+    _audit("dropout", tmp_path, repeats=2, save_reference=str(reference))
+    monkeypatch.delenv("TORCH_COMPILE_DISABLE")
+    report = _audit("dropout", tmp_path, repeats=1, against=str(reference))
+    assert report.verdict == "drift"
+    [cause] = report.root_causes
+    inside = cause.inside_graph
+    assert cause.kind.name == "compiled-vs-eager" and inside["seeded"]
+    assert inside["line"] == _line_of("x = torch.nn.functional.dropout(x, 0.2, training=True)")
+    assert "fallback_random = True" in cause.message()

@@ -38,7 +38,7 @@ from detaudit.dynamic.faults.feature import InjectFault
 from detaudit.dynamic.faults.spec import fault_for_repeat
 from detaudit.dynamic.record.features import ReplicaDigests, SaveFinalState, Tracing
 from detaudit.dynamic.variations import VARIATIONS
-from detaudit.dynamic.verdict.compiled import compiled_section, compiled_warnings, graph_cause
+from detaudit.dynamic.verdict.compiled import compiled_section, compiled_warnings, graph_cause, settle_graph_cause
 from detaudit.dynamic.verdict.run_report import RECORDER_KEY, RunFailure, rank_list
 from detaudit.launch.features import RecordEnvironment
 from detaudit.launch.options import LaunchOptions
@@ -210,6 +210,7 @@ def audit_script(
                 Tracing, capture_ops=(cause.record,), bisect_graphs="replay"
             )
             cause.inside_graph = _inside_graphs(launch_all([(0, options)], 1)[0]).get(cause.record)
+            settle_graph_cause(cause)
             if cause.inside_graph and cause.inside_graph.get("reproduced"):
                 cause.hint = op_hint(cause.inside_graph["op"])  # the kernel's own fix, where the ops table has one
         if repro:

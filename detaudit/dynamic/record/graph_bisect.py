@@ -61,7 +61,12 @@ def _is_tensor_node(node) -> bool:
 
 
 class _Prefixes:
-    """Compiling and running prefixes of one graph on one set of inputs."""
+    """Compiling and running prefixes of one graph on one set of inputs.
+
+    Every run starts from the generator states the graph call started from:
+    a graph with random ops (a dropout) draws the same numbers in each replay,
+    and, where Inductor draws as eager does (``fallback_random``), in both
+    the compiled and the eager run; the caller restores them afterwards."""
 
     def __init__(self, gm: GraphModule, inputs: list):
         self.gm = gm
@@ -69,6 +74,15 @@ class _Prefixes:
         self.nodes = list(gm.graph.nodes)
         self.position = {node: index for index, node in enumerate(self.nodes)}
         self.compiles = 0
+        self._cuda = torch.cuda.is_available() and torch.cuda.is_initialized()
+        self._states = (torch.get_rng_state(), torch.cuda.get_rng_state_all() if self._cuda else None)
+
+    def _from_the_start(self) -> list:
+        """Copies of the inputs, with the generators as the graph call found them."""
+        torch.set_rng_state(self._states[0])
+        if self._cuda:
+            torch.cuda.set_rng_state_all(self._states[1])
+        return [_clone(value) for value in self.inputs]
 
     def live(self, cut) -> list:
         """The tensor nodes up to ``cut`` that a later node reads, and ``cut`` itself."""
@@ -94,7 +108,7 @@ class _Prefixes:
         compiled = compile_fx_inner(prefix, [_clone(value) for value in self.inputs])
         results = []
         for _ in range(runs):
-            values = compiled([_clone(value) for value in self.inputs])
+            values = compiled(self._from_the_start())
             results.append([value.detach().cpu() for value in values])
         return outputs, results
 
@@ -110,8 +124,23 @@ class _Prefixes:
                 return result
 
         with torch.no_grad():
-            Recording(self.gm).run(*[_clone(value) for value in self.inputs])
+            Recording(self.gm).run(*self._from_the_start())
         return values
+
+
+def _located_site(node) -> tuple[str, int, str]:
+    """``node_site`` of ``node``, or of the first node computed from it that has a source line: the
+    nodes Inductor adds itself (the seeds it draws for a dropout, ``prims.inductor_seeds``) have none."""
+    seen, queue = {node}, [node]
+    while queue:
+        site = node_site(queue[0])
+        if site[1]:
+            return site
+        for user in queue.pop(0).users:
+            if user not in seen:
+                seen.add(user)
+                queue.append(user)
+    return node_site(node)
 
 
 def _clone(value):
@@ -119,8 +148,14 @@ def _clone(value):
 
 
 def first_departing_node(gm: GraphModule, inputs: list, against: str) -> dict:
-    """The first node of ``gm`` whose compiled result departs (see the module docstring), as a dict for the report."""
-    prefixes = _Prefixes(gm, inputs)
+    """The first node of ``gm`` whose compiled result departs (see the module docstring), as a dict for the report.
+    The run it is called from finds its generators as they were (the bisection's draws are not the run's)."""
+    devices = list(range(torch.cuda.device_count())) if torch.cuda.is_available() and torch.cuda.is_initialized() else []
+    with torch.random.fork_rng(devices=devices):
+        return _bisect(_Prefixes(gm, inputs), against)
+
+
+def _bisect(prefixes: _Prefixes, against: str) -> dict:
     candidates = [node for node in prefixes.nodes if node.op == "call_function" and _is_tensor_node(node)]
     eager = prefixes.eager_values() if against == "eager" else None
 
@@ -154,11 +189,13 @@ def first_departing_node(gm: GraphModule, inputs: list, against: str) -> dict:
     node = candidates[high]
     if node.target is operator.getitem and isinstance(node.args[0], torch.fx.Node):  # one result of a tuple-valued op
         node = node.args[0]
-    path, line, module = node_site(node)
+    path, line, module = _located_site(node)
     return {
         "against": against,
         "reproduced": True,
         "op": str(node.target),
+        # a random op: compiled, Inductor draws with its own generator unless fallback_random
+        "seeded": isinstance(node.target, torch._ops.OpOverload) and torch.Tag.nondeterministic_seeded in node.target.tags,
         "node": node.name,
         "path": path.removeprefix(os.getcwd() + os.sep),
         "line": line,

@@ -10,6 +10,7 @@ inside a differing graph (``record/graph_bisect.py``).
 
 from __future__ import annotations
 
+from detaudit.dynamic.compare.causes import NONDETERMINISTIC_OP, RNG
 from detaudit.dynamic.compare.trace_format import is_graph_call
 
 #: Why a graph compiled with autotuning is a hazard (DET017 compile-autotune says the same of the code).
@@ -33,6 +34,14 @@ DYNAMIC_SHAPES_HAZARD = (
     "kernel a call runs, and the bits it computes, can depend on the sizes that came before it: a resumed run or "
     "another batch order can compute otherwise. Fixed batch sizes (DataLoader drop_last=True) or "
     "torch.compile(..., dynamic=False) give each size a kernel of its own"
+)
+
+
+#: Why a random op departs from eager once compiled.
+COMPILED_RANDOM_DRAWS = (
+    "It draws random numbers: compiled, Inductor draws them with its own generator, not eager's, so they differ "
+    "from an eager run's under the same seed; torch._inductor.config.fallback_random = True makes compiled random "
+    "ops draw as eager does (TORCHINDUCTOR_FALLBACK_RANDOM=1)."
 )
 
 
@@ -112,8 +121,20 @@ def describe_inside_graph(found: dict) -> str:
     where = f"{found['path']}:{found['line']}" if found.get("line") else "no source line"
     module = f" in {found['module']}" if found.get("module") else ""
     diff = f", max |diff| {found['max_abs_diff']:.3g}" if found.get("max_abs_diff") is not None else ""
-    return (f"Inside the graph, the first node where {against}: {found['op']} ({found['node']}) at {where}{module}"
+    text = (f"Inside the graph, the first node where {against}: {found['op']} ({found['node']}) at {where}{module}"
             f"{diff}; bisected over {found['nodes']} nodes in {found['compiles']} compiles.")
+    if found.get("seeded") and found["against"] == "eager":
+        text += " " + COMPILED_RANDOM_DRAWS
+    return text
+
+
+def settle_graph_cause(cause) -> None:
+    """A graph call's root cause, once the bisection looked inside it (``cause.inside_graph``): a graph
+    that draws random numbers (a dropout) was classified a generator's draw, but two replays from the
+    same generator state that part at a node drawing none name a nondeterministic kernel."""
+    found = cause.inside_graph or {}
+    if cause.kind is RNG and found.get("reproduced") and found["against"] == "replay" and not found.get("seeded"):
+        cause.kind, cause.other_side = NONDETERMINISTIC_OP, None
 
 
 def graph_cause(report):
