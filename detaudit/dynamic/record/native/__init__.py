@@ -5,8 +5,8 @@ does the same on the same state for the common op, at about a third of the
 added cost per op, and hands it the rest.  The same library holds the
 compiled storage tables (``storage_tables.py``'s twin), which a tracer uses
 from both recorders when the library loads, and ``words_digest``, the sum
-``digests.host_digest`` takes of a large tensor's words (numpy's, to the bit).  It is built on first use
-against the installed torch's headers (every torch wheel carries them) with the system's C++ compiler
+``digests.host_digest`` takes of a large tensor's words (numpy's, to the
+bit).  It is built on first use against the installed torch's headers (every torch wheel carries them) with the system's C++ compiler
 (``$CXX``, else ``c++``), into a cache folder: ``$DETAUDIT_NATIVE_CACHE``,
 else ``$XDG_CACHE_HOME/detaudit/native``, else ``~/.cache/detaudit/native``.
 One build per source, torch and Python; builds are serialized by a file lock

@@ -10,10 +10,11 @@
 // Python: an op with a capture asked for, a collective communication (or
 // any op while one is pending), an op with a storage argument and an op on a
 // tensor subclass other than Parameter go to OpTracer.record whole; a digest
-// that is not a small contiguous CPU tensor's CRC-32 goes to
-// OpTracer._stage_digest (a contiguous CPU tensor's digest is taken here, large ones by words_digest's loop).
-// Built and loaded by native/__init__.py; held to the Python recorder by
-// tests/test_dynamic_native.py, and words_digest to numpy by tests/test_dynamic_digests.py.
+// other than a contiguous CPU tensor's (a CRC-32 when small, words_digest's
+// weighted sum when large) goes to OpTracer._stage_digest.  Built and loaded
+// by native/__init__.py; held to the Python recorder by
+// tests/test_dynamic_native.py, and words_digest to numpy by
+// tests/test_dynamic_digests.py.
 //
 // Every Python object here is an owned reference held by Ref, or borrowed
 // from something that outlives its use (the op's arguments, the tracer).
@@ -1305,7 +1306,8 @@ uint64_t weighted_words_avx512(const unsigned char* bytes, int64_t count, uint64
   return sum + weighted_words_portable(bytes, i, count, multiplier);
 }
 
-const bool HAS_AVX512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq");
+// (a static initializer may run before libgcc's own constructor has read the CPU: __builtin_cpu_init first)
+const bool HAS_AVX512 = (__builtin_cpu_init(), __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq"));
 #endif
 
 uint64_t weighted_words(const unsigned char* bytes, int64_t count, uint64_t multiplier) {
