@@ -13,6 +13,8 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
+from torch import nn
 
 from detaudit.dynamic.runner import audit_script
 from detaudit.dynamic.verdict.compiled import compiled_warnings, describe_inside_graph
@@ -80,6 +82,14 @@ def test_a_graph_break_gives_two_graphs_each_traced_and_the_break_is_reported(tm
     assert [entry["count"] for entry in report.compiled["graph_breaks"]] == [1]
     assert any("1 graph break:" in warning and "graph_break()" in warning and "fullgraph=True" in warning
                for warning in report.warnings)
+
+
+def test_a_compiled_function_that_calls_the_model_is_one_graph_as_in_a_plain_run(tmp_path):
+    # the watcher's module hooks stand aside while dynamo traces: inlined, they broke the graph at each module
+    report = _audit("compiled-function", tmp_path, repeats=2)
+    assert report.verdict == "deterministic" and report.compiled["graph_breaks"] == []
+    [forward] = [graph for graph in report.compiled["graph_table"] if graph["kind"] == "forward"]
+    assert forward["modules"] == ["model", "model.fc1", "model.fc2", "model.norm"]
 
 
 def test_graphs_recompiled_for_symbolic_sizes_are_marked_and_warned_about(tmp_path):
@@ -177,3 +187,61 @@ def test_against_an_eager_reference_a_compiled_dropout_is_named_with_what_makes_
     assert cause.kind.name == "compiled-vs-eager" and inside["seeded"]
     assert inside["line"] == _line_of("x = torch.nn.functional.dropout(x, 0.2, training=True)")
     assert "fallback_random = True" in cause.message()
+
+
+
+
+@torch.library.custom_op("detaudit_tests::jitter", mutates_args=())
+def _jitter(x: torch.Tensor) -> torch.Tensor:
+    """x, nudged by a number the OS draws at each call (the fixture's op, for in-process audits)."""
+    return x * (1 + int.from_bytes(os.urandom(2), "little") * 2**-30)
+
+
+_jitter.register_fake(lambda x: torch.empty_like(x))
+_jitter.register_autograd(lambda ctx, grad: grad)
+
+
+def _in_process_step(noisy: bool):
+    """A compiled training step for detaudit.audit, compiled afresh in each repeat (a new model);
+    ``noisy``: the jitter op inside the compiled forward."""
+
+    def step():
+        model = nn.Sequential(nn.Linear(8, 32), nn.LayerNorm(32), nn.Linear(32, 2))
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+
+        def forward(x):
+            h = model(x)
+            return torch.ops.detaudit_tests.jitter(h) if noisy else h
+
+        compiled = torch.compile(forward)
+        for _ in range(2):
+            optimizer.zero_grad()
+            compiled(torch.randn(16, 8)).pow(2).sum().backward()
+            optimizer.step()
+        return model
+
+    return step
+
+
+def test_an_in_process_audit_runs_compiled_regions_compiled():
+    import detaudit
+
+    report = detaudit.audit(_in_process_step(noisy=False), repeats=2)
+    assert report.verdict == "deterministic"
+    assert (report.compiled["graphs"], report.compiled["calls"]) == (2, 4)
+    noisy = detaudit.audit(_in_process_step(noisy=True), repeats=2)
+    assert noisy.verdict == "nondeterministic"
+    # the graph call, not the op inside it: compiled code ran compiled, as detaudit run audits it
+    assert (noisy.root_causes[0].kind.name, noisy.root_causes[0].op) == ("nondeterministic-op", "inductor.graph_0.forward")
+
+
+def test_a_graph_compiled_before_the_audit_is_traced_at_its_boundary_all_the_same():
+    import detaudit
+
+    torch.manual_seed(0)
+    compiled = torch.compile(nn.Sequential(nn.Linear(8, 8), nn.Tanh()))
+    x = torch.randn(4, 8)
+    compiled(x)  # compiled here, before any tracer's hooks
+    report = detaudit.audit(lambda: {"out": torch.ops.detaudit_tests.jitter(compiled(x))}, repeats=2)
+    assert [graph["kind"] for graph in report.compiled["graph_table"]] == ["call"]
+    assert report.root_causes[0].op == "detaudit_tests.jitter.default"  # the graph's outputs agreed: it was traced

@@ -25,10 +25,13 @@ def _run_traced(
     keep=None,
 ):
     """One traced run of ``step``: its trace, final state, captured tensors,
-    recorder, and what it kept as it ran (``keep``: None; "first-steps", as
+    recorder, what it kept as it ran (``keep``: None; "first-steps", as
     run 1 of ``detaudit run`` keeps them; or a reference trace.json to compare
-    with as it runs, keeping where it departs)."""
+    with as it runs, keeping where it departs), and what it compiled
+    (``OpTracer.compile_payload``: its compiled regions run compiled, as
+    under ``detaudit run``, where this torch lets them be traced)."""
     from detaudit.dynamic.compare.classify import Trace
+    from detaudit.dynamic.record.compiled_graphs import unavailable_reason
     from detaudit.dynamic.record.final_state import cpu_copy, returned_state
     from detaudit.dynamic.record.tracer import OpTracer
     from detaudit.launch.child_settings import seed_all
@@ -46,7 +49,9 @@ def _run_traced(
         seed_all(seed)
     watcher = TrainingWatcher()
     watcher.training_started = True  # the function audited is a training step: nothing of it is setup
-    tracer = OpTracer(capture_ops=capture_ops, sampled_ops=sampled_ops, allocation_fill=fill)
+    tracer = OpTracer(
+        capture_ops=capture_ops, sampled_ops=sampled_ops, allocation_fill=fill, trace_compiled=unavailable_reason() is None
+    )
     tracer.attach(watcher)
     kept = None
     if keep is not None:
@@ -67,7 +72,7 @@ def _run_traced(
         watcher.close()
     state = returned_state(value)
     tracer.note_final_state(state)
-    return Trace(**tracer.trace_data()), cpu_copy(state), tracer.captured, tracer.recorder, kept
+    return Trace(**tracer.trace_data()), cpu_copy(state), tracer.captured, tracer.recorder, kept, tracer.compile_payload()
 
 
 def audit(
@@ -109,7 +114,8 @@ def audit(
     for repeat in range(repeats):
         # each repeat fills torch.empty's memory with its own number (OpTracer.allocation_fill)
         keep = "first-steps" if repeat == 0 and save_reference is not None else None
-        trace, state, _, recorder, kept = _run_traced(step, seed, deterministic, repeat + 1, setup=setup, keep=keep)
+        trace, state, _, recorder, kept, compiled = _run_traced(step, seed, deterministic, repeat + 1, setup=setup, keep=keep)
+        first_compiled = compiled if repeat == 0 else first_compiled  # (graph breaks are counted where it compiles)
         traces.append(trace)
         states.append(SavedState.of_tensors(state))
         if kept is not None:
@@ -128,7 +134,16 @@ def audit(
         capture=capture,
     )
     report.strict = strict
+    _add_compiled(report, first_compiled)
     return report
+
+
+def _add_compiled(report: RunReport, compiled: dict) -> None:
+    """The report's compiled section and warnings, from the first run's ``compile_payload``."""
+    from detaudit.dynamic.verdict.compiled import compiled_section, compiled_warnings
+
+    report.compiled = compiled_section(compiled)
+    report.warnings.extend(compiled_warnings(compiled, eager=False))
 
 
 def _name(step) -> str:
@@ -177,7 +192,10 @@ def _audit_against(step, folder: str, *, runs: int, seed, deterministic: bool, s
         saved = reference_folder.load(folder, workdir)
         traces, states, kept = [Trace.load(saved.trace_file)], [SavedState.of_file(saved.state_file, saved.state_digests)], [None]
         for run in range(1, runs + 1):
-            trace, state, _, recorder, online = _run_traced(step, seed, deterministic, run + 1, setup=setup, keep=saved.trace_file)
+            trace, state, _, recorder, online, compiled = _run_traced(
+                step, seed, deterministic, run + 1, setup=setup, keep=saved.trace_file
+            )
+            first_compiled = compiled if run == 1 else first_compiled
             traces.append(trace)
             states.append(SavedState.of_tensors(state))
             kept.append({"full": online.full, "sampled": online.sampled})
@@ -200,6 +218,7 @@ def _audit_against(step, folder: str, *, runs: int, seed, deterministic: bool, s
         )
     report.reference, report.tolerance, report.strict = saved.summary(), limit, strict
     report.notes += against_notes(saved, (), report)
+    _add_compiled(report, first_compiled)
     return report
 
 

@@ -190,6 +190,11 @@ class TrainingWatcher:
         return self._module_stack[-1] if self._module_stack else ""
 
     def _enter_module(self, module, args):
+        if torch.compiler.is_compiling():
+            # dynamo is tracing a compiled function that calls the module: this hook would be
+            # inlined into its graph and break it at each module (sys._getframe), where a plain
+            # run compiles one graph; the graph's own nodes name their modules instead
+            return
         self.training_started = True
         name = self._module_names.get(id(module))
         if name is None:
@@ -197,7 +202,7 @@ class TrainingWatcher:
         self._module_stack.append(name)
 
     def _leave_module(self, module, args, output):
-        if self._module_stack:
+        if self._module_stack and not torch.compiler.is_compiling():  # (see _enter_module)
             self._module_stack.pop()
 
     def module_name(self, module: torch.nn.Module) -> str | None:

@@ -61,7 +61,8 @@ def _user_frame_of(node) -> tuple[str, int]:
 
 
 def node_module(node) -> str:
-    """The module path a node ran in, relative to the compiled callable (``L['self'].norm`` -> ``norm``)."""
+    """The module path a node ran in: relative to a compiled module (``L['self'].norm`` -> ``norm``),
+    from the global a compiled function reads it through (``G['model'].norm`` -> ``model.norm``)."""
     stack = node.meta.get("nn_module_stack") or node.meta.get("fwd_nn_module_stack") or {}
     if not stack:
         return ""
@@ -69,6 +70,9 @@ def node_module(node) -> str:
     for prefix in ("L['self'].", "L['fn'].", "L['mod'].", "L['model']."):
         if path.startswith(prefix):
             return path[len(prefix):]
+    if path.startswith("G['"):
+        name, _, rest = path[len("G['"):].partition("']")
+        return name + rest
     return "" if path.startswith("L[") else path
 
 
@@ -78,17 +82,18 @@ def node_site(node) -> tuple[str, int, str]:
 
 
 _GRAPH_ATTRIBUTE = "_detaudit_graph"  # the CompiledGraph an OutputCode was compiled as, set on it
-_graph_numbers = itertools.count()  # graphs are numbered in the order the process compiles them
 
 
 class CompiledGraph:
-    """One graph Inductor compiled, as the tracer and the report see it."""
+    """One graph Inductor compiled, as the tracer and the report see it.  ``gm`` None: a graph
+    compiled before the hooks were installed (``detaudit.audit`` of a step already run compiled),
+    of kind "call", whose nodes are not known."""
 
     def __init__(self, index: int, kind: str, gm, example_inputs=(), kept=None):
         self.index = index
         self.kind = kind
         self.name = graph_op_name(index, kind)
-        nodes = [node for node in gm.graph.nodes if node.op == "call_function"]
+        nodes = [node for node in gm.graph.nodes if node.op == "call_function"] if gm is not None else []
         self.nodes = len(nodes)
         sites = [node_site(node) for node in nodes]
         located = [site for site in sites if site[1]]
@@ -165,6 +170,9 @@ class CompiledGraphs:
         self.graphs: dict[str, CompiledGraph] = {}
         self._infos: dict[int, _GraphCallInfo] = {}
         self.calls = 0
+        # graphs are numbered in the order this run compiles them, from 0: each repeat of an
+        # in-process audit (detaudit.audit) that compiles afresh names its graphs as the first did
+        self._numbers = itertools.count()
         self._patched: list[tuple] = []
         self._breaks_before: dict[str, int] = {}
 
@@ -190,7 +198,7 @@ class CompiledGraphs:
             kind = "backward" if kwargs.get("is_backward") else "inference" if kwargs.get("is_inference") else "forward"
             # kept as a copy: Inductor's passes rewrite gm in place
             graph = CompiledGraph(
-                next(_graph_numbers), kind, gm, example_inputs, _copy_graph(gm) if graphs.keep_graphs else None
+                next(graphs._numbers), kind, gm, example_inputs, _copy_graph(gm) if graphs.keep_graphs else None
             )
             output = original_inner(gm, example_inputs, **kwargs)
             setattr(output, _GRAPH_ATTRIBUTE, graph)
@@ -198,9 +206,12 @@ class CompiledGraphs:
             return output
 
         def calling(output, inputs):
-            graph = getattr(output, _GRAPH_ATTRIBUTE, None)
-            if graph is None or graphs.tracer.paused:  # compiled outside this run's hooks, or detaudit's own
+            if graphs.tracer.paused:  # detaudit's own
                 return original_call(output, inputs)
+            graph = getattr(output, _GRAPH_ATTRIBUTE, None)
+            if graph is None:  # compiled before the hooks: traced at its boundary all the same
+                graph = CompiledGraph(next(graphs._numbers), "call", None)
+                setattr(output, _GRAPH_ATTRIBUTE, graph)
             return graphs._record_call(graph, output, inputs, original_call)
 
         compile_fx._compile_fx_inner = compiling
@@ -221,6 +232,9 @@ class CompiledGraphs:
         self.calls += 1
         self.graphs.setdefault(graph.name, graph)
         tracer = self.tracer
+        if tracer.watcher is not None and (graph.modules or graph.kind == "backward"):
+            # a module ran forward (inside the graph, where the watcher's hooks stand aside), or backward did
+            tracer.watcher.training_started = True
         arguments = list(inputs)  # the graph empties it (OpTracer.record's boxed call)
         if isinstance(inputs, list):
             inputs.clear()  # the boxed convention: the callee empties the caller's list, letting go of the inputs

@@ -781,6 +781,19 @@ class OpTracer:
         """A record with its source path relative to the working directory the run started in."""
         return (*record[:2], relative_path(record[2], self._cwd), *record[3:])
 
+    def compile_payload(self) -> dict:
+        """What the report's compiled section and warnings read (``verdict/compiled.py``): the
+        torch.compile calls seen, and the graphs that ran compiled."""
+        cwd = self._cwd + os.sep
+        payload = {}
+        if self.compile_calls:
+            payload["compile_calls"] = [
+                {"call": call, "path": path.removeprefix(cwd), "line": line} for call, path, line in self.compile_calls
+            ]
+        if self.compiled_graphs is not None:
+            payload["compiled"] = self.compiled_graphs.payload(cwd)
+        return payload
+
     def save(self, output_dir: Path) -> dict:
         """Write trace.json (and capture.pt); returns their paths for the payload."""
         if self._writer is None:
@@ -796,12 +809,7 @@ class OpTracer:
                 {**dict(zip(EARLY_READ_FIELDS, read)), "path": read[2].removeprefix(cwd)}
                 for read in self.communications.early_reads
             ]
-        if self.compile_calls:
-            files["compile_calls"] = [
-                {"call": call, "path": path.removeprefix(cwd), "line": line} for call, path, line in self.compile_calls
-            ]
-        if self.compiled_graphs is not None:
-            files["compiled"] = self.compiled_graphs.payload(cwd)
+        files.update(self.compile_payload())
         if self.captured:
             capture_file = Path(output_dir) / "capture.pt"
             torch.save(self.captured, capture_file)
