@@ -115,7 +115,8 @@ def audit(
         # each repeat fills torch.empty's memory with its own number (OpTracer.allocation_fill)
         keep = "first-steps" if repeat == 0 and save_reference is not None else None
         trace, state, _, recorder, kept, compiled = _run_traced(step, seed, deterministic, repeat + 1, setup=setup, keep=keep)
-        first_compiled = compiled if repeat == 0 else first_compiled  # (graph breaks are counted where it compiles)
+        if repeat == 0:  # the report's compiled section: graph breaks are counted in the run that compiles
+            first_compiled = compiled
         traces.append(trace)
         states.append(SavedState.of_tensors(state))
         if kept is not None:
@@ -195,7 +196,8 @@ def _audit_against(step, folder: str, *, runs: int, seed, deterministic: bool, s
             trace, state, _, recorder, online, compiled = _run_traced(
                 step, seed, deterministic, run + 1, setup=setup, keep=saved.trace_file
             )
-            first_compiled = compiled if run == 1 else first_compiled
+            if run == 1:
+                first_compiled = compiled
             traces.append(trace)
             states.append(SavedState.of_tensors(state))
             kept.append({"full": online.full, "sampled": online.sampled})

@@ -40,7 +40,6 @@ CHUNK_MULTIPLIER = 0x100000001B3  # FNV-64 prime: chunk order matters
 _HOST_WEIGHTS = numpy.arange(CHUNK_WORDS, dtype=numpy.uint64) * numpy.uint64(WEIGHT_MULTIPLIER) | numpy.uint64(1)
 _BYTE_ARRAYS: dict[int, type] = {}  # size -> ctypes.c_char * size, made once (more than a small CRC's cost)
 _UINT64_MASK = (1 << 64) - 1
-_PLAIN_TENSOR_TYPES = (torch.Tensor, torch.nn.Parameter)  # no wrapper subclass: the common case, checked first
 # Tensor.numpy as torch defines it (the tracer records the user's calls: PYTHON_READS)
 _TENSOR_NUMPY = torch.Tensor.numpy
 # dtypes Tensor.numpy() converts; the others (bfloat16, float8, unsigned ints
@@ -56,6 +55,11 @@ def inner_tensors(wrapper: torch.Tensor) -> list[torch.Tensor]:
     names, _ = wrapper.__tensor_flatten__()
     inner = [getattr(wrapper, name) for name in names]  # (newer torch also lists a DeviceMesh here)
     return [t for t in inner if isinstance(t, torch.Tensor)]
+
+
+def is_wrapper(tensor: torch.Tensor) -> bool:
+    """Whether a tensor is a wrapper subclass (DTensor ...): its data are tensors inside it."""
+    return type(tensor) is not torch.Tensor and type(tensor) is not torch.nn.Parameter and is_traceable_wrapper_subclass(tensor)
 
 
 def host_digest(tensor: torch.Tensor) -> int:
@@ -74,7 +78,7 @@ def host_digest(tensor: torch.Tensor) -> int:
     A wrapper subclass (DTensor, the tensors FSDP2 and others make) holds no
     bytes of its own: its digest is that of the tensors inside it (a DTensor's
     is this rank's shard)."""
-    if type(tensor) not in _PLAIN_TENSOR_TYPES and is_traceable_wrapper_subclass(tensor):
+    if is_wrapper(tensor):
         return zlib.crc32(b"".join(host_digest(t).to_bytes(8, "little") for t in inner_tensors(tensor)))
     if not tensor.is_contiguous():
         tensor = tensor.contiguous()

@@ -4,14 +4,16 @@ Which ops allocate (their output is uninitialized memory by definition),
 which arguments an op writes, which it reads only as its own scratch space
 or only overwrites (recorded ``UNREAD``: their bytes are not data the op
 reads), whether it returns Python values or is a view, and whether the
-compiled recorder may record it or leaves it to Python.
+compiled recorder may record it or leaves it to Python; and how an op's
+arguments and results are held in the trace (non-tensor values as text,
+nested lists flattened).
 """
 
 from __future__ import annotations
 
 import torch
 
-from detaudit.dynamic.compare.trace_format import UNREAD
+from detaudit.dynamic.compare.trace_format import UNREAD, python_value_meta
 from detaudit.dynamic.record.collectives import Communications
 
 # Ops whose output is uninitialized memory by definition (every nn.Linear
@@ -28,7 +30,7 @@ OVERWRITING_OPS = frozenset({
     "uniform_", "normal_", "random_", "bernoulli_", "exponential_", "geometric_", "cauchy_", "log_normal_",
 })
 _TENSOR_RETURNS = frozenset({"Tensor", "Optional[Tensor]", "List[Tensor]"})
-# schema types whose values may be lists or tuples (what _flatten opens)
+# schema types whose values may be lists or tuples (what flatten_args opens)
 _CONTAINER_KINDS = frozenset({"ListType", "TupleType", "AnyType", "DictType", "UnionType"})
 _UNTRACED_NAMESPACES = frozenset({"profiler"})  # record_function markers: no data
 
@@ -99,3 +101,38 @@ def _is_container(schema_type) -> bool:
         schema_type = schema_type.getElementType()
     return schema_type.kind() in _CONTAINER_KINDS
 
+
+# -- an op's arguments and results as the trace holds them ------------------
+
+PLAIN_ARG_TYPES = (int, float, bool, str, complex, type(None), torch.dtype, torch.device, torch.layout, torch.memory_format)
+
+
+def plain_text(value) -> str:
+    """A non-tensor argument or result as text that is equal across processes
+    (objects whose repr carries an address are reduced to their type)."""
+    return repr(value) if isinstance(value, PLAIN_ARG_TYPES) else type(value).__name__
+
+
+def flatten_args(values, into: list) -> list:
+    """Append the leaves of nested lists/tuples (the only containers in aten
+    arguments and results) to ``into``; much cheaper than pytree per op."""
+    for value in values:
+        if type(value) is list or type(value) is tuple:
+            flatten_args(value, into)
+        else:
+            into.append(value)
+    return into
+
+
+def storage_bytes(storage: torch.UntypedStorage) -> torch.Tensor:
+    """A storage argument as the tensor of its bytes, so that it is an input like any other."""
+    return torch.empty(0, dtype=torch.uint8, device=storage.device).set_(storage)
+
+
+def is_tensor_or_none(value) -> bool:
+    return value is None or isinstance(value, torch.Tensor)
+
+
+def result_meta(value) -> str:
+    """``out_meta`` of a non-tensor result: an absent tensor, or a Python value's type."""
+    return "None" if value is None else python_value_meta(type(value).__name__)

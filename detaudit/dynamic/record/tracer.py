@@ -54,7 +54,7 @@ import zlib
 from pathlib import Path
 
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode, is_traceable_wrapper_subclass
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from detaudit.dynamic.compare.trace_format import (
     ALLOCATED,
@@ -83,12 +83,22 @@ from detaudit.dynamic.record.digests import (
     full_capture,
     host_digest,
     inner_tensors,
+    is_wrapper,
     rng_state_digest,
     sampled_capture,
 )
 from detaudit.dynamic.record.dynamo import never_compiled, skips_dynamo_per_call
 from detaudit.dynamic.record.op_call import op_call
-from detaudit.dynamic.record.op_info import OpInfo, mark_unread
+from detaudit.dynamic.record.op_info import (
+    PLAIN_ARG_TYPES,
+    OpInfo,
+    flatten_args,
+    is_tensor_or_none,
+    mark_unread,
+    plain_text,
+    result_meta,
+    storage_bytes,
+)
 from detaudit.dynamic.record.outside_dispatch import OutsideDispatch
 from detaudit.dynamic.record.storage_tables import MIN_FORGET_AT, StorageTables, version_of
 from detaudit.knowledge.backend_settings import backend_settings
@@ -97,7 +107,6 @@ from detaudit.runtime.settings import reader
 
 _STAGE_LIMIT = 8192  # flush early when this many digests wait on the device
 _TRACING_GC_THRESHOLD = 10_000  # the youngest generation's threshold while tracing (see OpTracer.__enter__)
-_PLAIN_ARG_TYPES = (int, float, bool, str, complex, type(None), torch.dtype, torch.device, torch.layout, torch.memory_format)
 _ENTERED_TRACERS: "weakref.WeakSet[OpTracer]" = weakref.WeakSet()
 _current_autograd_node = torch._C._current_autograd_node
 _is_grad_enabled = torch.is_grad_enabled
@@ -114,46 +123,10 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_pause_in_forked_child)
 
 
-def _plain(value) -> str:
-    """A non-tensor argument or result as text that is equal across processes
-    (objects whose repr carries an address are reduced to their type)."""
-    return repr(value) if isinstance(value, _PLAIN_ARG_TYPES) else type(value).__name__
-
-
 @functools.lru_cache(maxsize=1024)  # (a trace names a few source files, each many times)
 def relative_path(filename: str, cwd: str) -> str:
     """A source path as reports show it: relative to the run's working directory when under it."""
     return os.path.relpath(filename, cwd) if filename.startswith(cwd + os.sep) else filename
-
-
-def _is_wrapper(tensor: torch.Tensor) -> bool:
-    """Whether a tensor is a wrapper subclass (DTensor ...): its data are tensors inside it."""
-    return type(tensor) is not torch.Tensor and type(tensor) is not torch.nn.Parameter and is_traceable_wrapper_subclass(tensor)
-
-
-def _flatten(values, into: list) -> list:
-    """Append the leaves of nested lists/tuples (the only containers in aten
-    arguments and results) to ``into``; much cheaper than pytree per op."""
-    for value in values:
-        if type(value) is list or type(value) is tuple:
-            _flatten(value, into)
-        else:
-            into.append(value)
-    return into
-
-
-def _storage_bytes(storage: torch.UntypedStorage) -> torch.Tensor:
-    """A storage argument as the tensor of its bytes, so that it is an input like any other."""
-    return torch.empty(0, dtype=torch.uint8, device=storage.device).set_(storage)
-
-
-def _is_tensor_or_none(value) -> bool:
-    return value is None or isinstance(value, torch.Tensor)
-
-
-def _result_meta(value) -> str:
-    """``out_meta`` of a non-tensor result: an absent tensor, or a Python value's type."""
-    return "None" if value is None else python_value_meta(type(value).__name__)
 
 
 def _torch_fill_switches() -> list[tuple]:
@@ -195,8 +168,8 @@ _configured_recorder = None
 def native_constants() -> dict:
     """What the compiled recorder (native/recorder.cpp) reads of this module, given once at its load."""
     return {
-        "plain_types": _PLAIN_ARG_TYPES, "parameter_type": torch.nn.Parameter, "crc32": zlib.crc32,
-        "result_meta": _result_meta, "forward": FORWARD, "backward": BACKWARD, "optimizer": OPTIMIZER, "setup": SETUP,
+        "plain_types": PLAIN_ARG_TYPES, "parameter_type": torch.nn.Parameter, "crc32": zlib.crc32,
+        "result_meta": result_meta, "forward": FORWARD, "backward": BACKWARD, "optimizer": OPTIMIZER, "setup": SETUP,
         "produced": PRODUCED, "allocated": ALLOCATED, "external": EXTERNAL, "uninit": UNINIT, "unread": UNREAD,
         "crc_max_bytes": CRC_MAX_BYTES, "stage_limit": _STAGE_LIMIT, "min_forget_at": MIN_FORGET_AT,
         "weight_multiplier": WEIGHT_MULTIPLIER, "chunk_words": CHUNK_WORDS, "chunk_multiplier": CHUNK_MULTIPLIER,
@@ -472,7 +445,7 @@ class OpTracer:
     def _stage_value_digest(self, value) -> int:
         """Digest id of a Python value an op returned (a number is exact in its repr)."""
         digest_id = len(self.digests) + len(self._staged)
-        self._staged.append(zlib.crc32(_plain(value).encode()))
+        self._staged.append(zlib.crc32(plain_text(value).encode()))
         return digest_id
 
     def _stage_digest(self, tensor: torch.Tensor) -> int:
@@ -631,9 +604,9 @@ class OpTracer:
         if info.flat_args:
             flat_args = (*args, *kwargs.values()) if kwargs else args
         else:
-            flat_args = _flatten(kwargs.values(), _flatten(args, [])) if kwargs else _flatten(args, [])
+            flat_args = flatten_args(kwargs.values(), flatten_args(args, [])) if kwargs else flatten_args(args, [])
         if info.reads_storage:
-            flat_args = [_storage_bytes(value) if isinstance(value, torch.UntypedStorage) else value for value in flat_args]
+            flat_args = [storage_bytes(value) if isinstance(value, torch.UntypedStorage) else value for value in flat_args]
         if self.communications.pending:
             self.communications.before_op(func, flat_args, caller)
         inputs, leaves, plain = [], [], []
@@ -647,7 +620,7 @@ class OpTracer:
                     view_of = (value, digest_id)
                 inputs.append(digest_id)
             else:
-                plain.append(_plain(value))
+                plain.append(plain_text(value))
         if info.unread_args:
             mark_unread(info, args, kwargs, flat_args, inputs, leaves)
         capture = record_index in self.capture_ops
@@ -675,16 +648,16 @@ class OpTracer:
 
         if info.is_allocation and self.allocation_fill is not None:
             self._fill_allocation(result)
-        flat_result = (result,) if info.single_result else _flatten((result,), [])
+        flat_result = (result,) if info.single_result else flatten_args((result,), [])
         if info.written_args:
             if info.boxed:
                 written = kept_inputs
             else:
                 written = [args[index] if index < len(args) else kwargs.get(name) for index, name in info.written_args]
             if not info.flat_args:  # a written list of tensors (the _foreach_ ops')
-                written = _flatten(written, [])
+                written = flatten_args(written, [])
             written = [item for item in written if isinstance(item, torch.Tensor)]
-            inside_wrappers = [t for item in written if _is_wrapper(item) for t in inner_tensors(item)]
+            inside_wrappers = [t for item in written if is_wrapper(item) for t in inner_tensors(item)]
             if inside_wrappers:
                 # a wrapper's in-place op (DTensor's: FSDP2's init and optimizer) writes the
                 # tensors inside it below autograd, with no version bump: their digests are stale
@@ -705,11 +678,11 @@ class OpTracer:
             if digest_id is not None:
                 outputs.append(digest_id)
         if info.single_result:
-            out_meta = (self._meta(result) if isinstance(result, torch.Tensor) else _result_meta(result),)
+            out_meta = (self._meta(result) if isinstance(result, torch.Tensor) else result_meta(result),)
         else:
-            out_meta = tuple(self._meta(v) if isinstance(v, torch.Tensor) else _result_meta(v) for v in flat_result)
+            out_meta = tuple(self._meta(v) if isinstance(v, torch.Tensor) else result_meta(v) for v in flat_result)
         if info.returns_python:
-            outputs += [self._stage_value_digest(v) for v in flat_result if not _is_tensor_or_none(v)]
+            outputs += [self._stage_value_digest(v) for v in flat_result if not is_tensor_or_none(v)]
         # OpRecord's fields as a plain tuple of atomic values and tuples: the
         # garbage collector stops tracking it, so full collections do not walk
         # the whole trace (with lists they cost more than the tracing itself
