@@ -76,6 +76,11 @@ def node_module(node) -> str:
     return "" if path.startswith("L[") else path
 
 
+def draws_random(node) -> bool:
+    """Whether a graph node is a random op (``torch.Tag.nondeterministic_seeded``)."""
+    return isinstance(node.target, torch._ops.OpOverload) and torch.Tag.nondeterministic_seeded in node.target.tags
+
+
 def node_site(node) -> tuple[str, int, str]:
     """(file, line, module) a graph node comes from."""
     return (*_user_frame_of(node), node_module(node))
@@ -100,10 +105,7 @@ class CompiledGraph:
         self.site = located[0] if located else ("", 0, "")
         self.lines = sorted({(path, line) for path, line, _ in located})
         self.modules = sorted({module for _, _, module in sites if module})
-        self.seeded = any(
-            isinstance(node.target, torch._ops.OpOverload) and torch.Tag.nondeterministic_seeded in node.target.tags
-            for node in nodes
-        )
+        self.seeded = any(map(draws_random, nodes))
         import torch._inductor.config as inductor_config
 
         self.autotune = sorted(option for option in INDUCTOR_AUTOTUNE_OPTIONS if getattr(inductor_config, option, False))

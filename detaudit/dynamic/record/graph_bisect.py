@@ -30,7 +30,7 @@ import torch
 from torch.fx import Graph, GraphModule, Interpreter
 
 from detaudit.dynamic.compare.state_diff import tensor_diff
-from detaudit.dynamic.record.compiled_graphs import node_site
+from detaudit.dynamic.record.compiled_graphs import draws_random, node_site
 
 REPLAYS = 3  # runs of a prefix compared in "replay": a race need not show in every pair
 
@@ -195,7 +195,7 @@ def _bisect(prefixes: _Prefixes, against: str) -> dict:
         "reproduced": True,
         "op": str(node.target),
         # a random op: compiled, Inductor draws with its own generator unless fallback_random
-        "seeded": isinstance(node.target, torch._ops.OpOverload) and torch.Tag.nondeterministic_seeded in node.target.tags,
+        "seeded": draws_random(node),
         "node": node.name,
         "path": path.removeprefix(os.getcwd() + os.sep),
         "line": line,
