@@ -199,7 +199,7 @@ class Checkpoints:
         if isinstance(value, (cst.Dict, cst.Call)):
             return _dict_items(value, self._facts.names.resolve)
         if isinstance(value, cst.Name):
-            scope = self._scopes.get(id(save.node))
+            scope = self._scope_of(save)
             return _bound_dict(scope, value.value, save.node, self._facts.names.resolve) if scope is not None else None
         return None
 
@@ -510,7 +510,7 @@ class Checkpoints:
                 continue
             argument = call.value_node("obj", 0)
             if isinstance(argument, cst.Name):
-                scope = self._scopes.get(id(call.node))
+                scope = self._scope_of(call)
                 bound = _bound_dict_node(scope, argument.value, call.node) if scope is not None else None
                 return bound or call.node
             return call.node
@@ -520,31 +520,18 @@ class Checkpoints:
 
     @cached_property
     def _assignments(self) -> dict[str, list[cst.Call]]:
-        """Dotted target -> the calls assigned to it, anywhere in the file (a tuple
-        target takes the call for each of its names: ``lr_scheduler, _ = create_scheduler(...)``)."""
-        assignments, _, _ = self._read
-        return assignments
+        """Name or dotted target -> the calls assigned to it, in source order."""
+        return self._read[0]
 
     @cached_property
     def _assigned_attributes(self) -> frozenset[str]:
-        _, attributes, _ = self._read
-        return attributes
+        return self._read[1]
 
     @cached_property
-    def _scopes(self) -> dict[int, cst.CSTNode]:
-        """``id`` of a save call -> the body (function or module) it is in."""
-        _, _, scopes = self._read
-        return scopes
-
-    @cached_property
-    def _read(self) -> tuple[dict[str, list[cst.Call]], frozenset[str], dict[int, cst.CSTNode]]:
+    def _read(self) -> tuple[dict[str, list[cst.Call]], frozenset[str]]:
         assignments: dict[str, list[cst.Call]] = {}
         attributes: set[str] = set()
-        scopes: dict[int, cst.CSTNode] = {}
-        saves = {id(call.node) for call in self._facts.calls if _is_save(call)}
-        stack: list[tuple[cst.CSTNode, cst.CSTNode]] = [(self._context.module, self._context.module)]
-        while stack:
-            node, scope = stack.pop()
+        for node in _statements(self._context.module):
             if isinstance(node, (cst.Assign, cst.AugAssign)):
                 for target in node.targets if isinstance(node, cst.Assign) else [node]:
                     for name in _target_names(target.target):
@@ -552,11 +539,24 @@ class Checkpoints:
                             attributes.add(name)
                         if isinstance(node.value, cst.Call) and isinstance(node, cst.Assign):
                             assignments.setdefault(name, []).append(node.value)
-            elif isinstance(node, cst.Call) and id(node) in saves:
-                scopes[id(node)] = scope
-            inner = node if isinstance(node, (cst.FunctionDef, cst.Lambda)) else scope
-            stack.extend((child, inner) for child in reversed(child_nodes(node)))
-        return assignments, frozenset(attributes), scopes
+        return assignments, frozenset(attributes)
+
+    def _scope_of(self, save: CallFact) -> cst.CSTNode | None:
+        """The body a save call's names are bound in: its function's, or the module's;
+        None in a lambda (nothing is bound there)."""
+        if save.scope.in_lambda:
+            return None
+        if save.scope.function is None:
+            return self._context.module
+        top = self._context.module.body[save.scope.top_level_index]
+        stack: list[tuple[cst.CSTNode, cst.CSTNode | None]] = [(top, None)]
+        while stack:
+            node, function = stack.pop()
+            if node is save.node:
+                return function
+            inner = node if isinstance(node, cst.FunctionDef) else function
+            stack.extend((child, inner) for child in child_nodes(node))
+        return None
 
 
 def _receiver(call: CallFact) -> str | None:
@@ -702,6 +702,17 @@ def _scope_nodes(scope: cst.CSTNode) -> Iterator[cst.CSTNode]:
         node = stack.pop()
         yield node
         if not isinstance(node, (cst.FunctionDef, cst.ClassDef, cst.Lambda)):
+            stack.extend(reversed(child_nodes(node)))
+
+
+def _statements(root: cst.CSTNode) -> Iterator[cst.CSTNode]:
+    """Every statement under ``root``, nested bodies included, without entering
+    expressions (where no assignment statement can be)."""
+    stack = [root]
+    while stack:
+        node = stack.pop()
+        yield node
+        if not isinstance(node, (cst.BaseExpression, cst.BaseSmallStatement)):
             stack.extend(reversed(child_nodes(node)))
 
 
