@@ -258,8 +258,8 @@ def test_a_method_of_a_star_imported_project_class_draws(tmp_path):
 
 def test_an_entry_script_that_reaches_torch_only_through_project_modules_is_checked(tmp_path):
     """improved-diffusion's ``image_train.py`` shape: no torch in the script's own
-    text, so the pre-filter must keep it for its ``__main__`` guard; a library
-    file of the same shape without one is still skipped unparsed."""
+    text, so the pre-filter must keep it for its ``__main__`` guard (and for its
+    project import); a library file of the same shape is no training script."""
     write_project(
         tmp_path,
         {
@@ -293,6 +293,67 @@ def test_an_entry_script_that_reaches_torch_only_through_project_modules_is_chec
     trained = check_file(tmp_path / "train.py", "train.py", tmp_path)
     assert "determinism-not-requested" in {f.name for f in trained.findings}
     assert not check_file(tmp_path / "helpers.py", "helpers.py", tmp_path).findings
+
+
+def test_a_module_level_script_training_through_a_trainer_without_torch_imports_is_checked(tmp_path):
+    """SPADE's ``train.py`` shape: a script without a ``__main__`` guard that never
+    names torch, and a trainer module that never imports it either, calling
+    ``backward()`` and ``step()`` on what a torch-importing project module built."""
+    write_project(
+        tmp_path,
+        {
+            "models/model.py": """\
+                import torch
+
+                class Model(torch.nn.Module):
+                    def __init__(self):
+                        super().__init__()
+                        self.fc = torch.nn.Linear(2, 2)
+            """,
+            "trainers/trainer.py": """\
+                from models.model import Model
+
+                class Trainer:
+                    def __init__(self, opt):
+                        self.model = Model()
+                        self.optimizer = opt.build(self.model)
+
+                    def run_one_step(self, data):
+                        self.optimizer.zero_grad()
+                        loss = self.model(data).sum()
+                        loss.backward()
+                        self.optimizer.step()
+            """,
+            "trainers/no_torch.py": """\
+                class Engine:
+                    def run_one_step(self, value):
+                        value.backward()  # a pure-Python autograd engine: not torch
+            """,
+            "train.py": """\
+                from trainers.trainer import Trainer
+                from options import parse
+
+                opt = parse()
+                trainer = Trainer(opt)
+                for data in opt.loader:
+                    trainer.run_one_step(data)
+            """,
+            "engine.py": """\
+                from trainers.no_torch import Engine
+
+                engine = Engine()
+                for value in [1, 2]:
+                    engine.run_one_step(value)
+            """,
+            "options.py": "def parse():\n    return None\n",
+        },
+    )
+    trained = check_file(tmp_path / "train.py", "train.py", tmp_path)
+    assert [(f.name, f.line) for f in trained.findings if f.name == "determinism-not-requested"] == [
+        ("determinism-not-requested", 7)
+    ]
+    engine = check_file(tmp_path / "engine.py", "engine.py", tmp_path)
+    assert not [f for f in engine.findings if f.name == "determinism-not-requested"]
 
 
 def test_a_project_module_that_seeds_when_imported_seeds_its_importer(tmp_path):

@@ -86,6 +86,25 @@ class ModuleSummary:
         self._orelse_calls: dict[int, frozenset[int]] = {}
         self._attributes_of: dict[str, dict[str, list[cst.BaseExpression]]] = {}
         self._worker_init_calls: frozenset[int] | None = None
+        self._uses_torch: bool | None = None
+
+    @property
+    def uses_torch(self) -> bool:
+        """The module imports torch, or a project module it imports does: a trainer
+        module that only calls ``loss.backward()`` and ``self.optimizer.step()`` on
+        what ``from models.pix2pix_model import Pix2PixModel`` built is torch code."""
+        if self.imports_torch:
+            return True
+        if self._uses_torch is None:
+            self._uses_torch = False
+            if self.index is not None:
+                for qualname in set(self.facts.names.bindings().values()):
+                    found = self.index.module_of(qualname, self.path)
+                    summary = self.index.summary(found[0]) if found is not None else None
+                    if summary is not None and summary.imports_torch:
+                        self._uses_torch = True
+                        break
+        return self._uses_torch
 
     # -- conditions ---------------------------------------------------------------
 
@@ -267,6 +286,7 @@ class ModuleSummary:
     def forget(self) -> None:
         """Drop memoised effects (another module they were read from changed)."""
         self._memo.clear()
+        self._uses_torch = None
 
     @property
     def own_file_effects(self) -> Effects:
@@ -307,7 +327,7 @@ class ModuleSummary:
 
     def code_trains(self, function: str) -> bool:
         """The body of ``function`` (``"Trainer.run"``) builds an optimiser or calls backward()."""
-        return any(trains_here(call, self.imports_torch) for call in self.calls_of(function))
+        return any(trains_here(call, call.method == "backward" and self.uses_torch) for call in self.calls_of(function))
 
     def export_trains(self, attribute: str, depth: int) -> tuple[bool, frozenset[tuple[str, str]]]:
         """Whether ``module.<attribute>`` trains, and the project files that says so."""

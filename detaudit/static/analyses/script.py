@@ -72,7 +72,7 @@ def training_evidence(facts: FileFacts, script: ScriptAnalysis, project: ModuleS
     read: set[tuple[str, str]] = set()
 
     def is_training(call: CallFact) -> bool:
-        if trains_here(call, project.imports_torch) or (call.qualname or "") in TRAINER_CLASSES:
+        if trains_here(call, call.method == "backward" and project.uses_torch) or (call.qualname or "") in TRAINER_CLASSES:
             return True
         callee = call.qualname if project.local_target(call) is None else None
         if callee in ENTRY_POINT_CALLS:  # ``Process(target=train)`` with ``from train import train``

@@ -18,6 +18,7 @@ Suppression comments are read in ``suppressions.py``.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterable
 
@@ -51,10 +52,26 @@ if TYPE_CHECKING:
 RELEVANT_SUBSTRINGS = (
     "torch", "numpy", "random", "tensorflow", "keras", "jax", "lightning", "transformers", "accelerate", "__main__",
 )
+#: The first name of each module an import statement names (``from options.train_options import X``: options).
+_IMPORTED_TOP_NAMES = re.compile(r"^[ \t]*(?:from[ \t]+([A-Za-z_]\w*)|import[ \t]+([A-Za-z_]\w*))", re.MULTILINE)
 
 
-def might_matter(text: str) -> bool:
-    return any(s in text for s in RELEVANT_SUBSTRINGS)
+def might_matter(text: str, path: Path | None = None, project_root: Path | None = None) -> bool:
+    """Whether ``text`` needs a parse: it mentions a relevant name, or it imports
+    a module of its project (a script without a ``__main__`` guard that trains
+    through ``from trainers.pix2pix_trainer import Pix2PixTrainer`` never names
+    torch itself)."""
+    if any(s in text for s in RELEVANT_SUBSTRINGS):
+        return True
+    if path is None or "import" not in text:
+        return False
+    folders = [path.parent] + ([project_root] if project_root is not None and project_root != path.parent else [])
+    for found in _IMPORTED_TOP_NAMES.finditer(text):
+        name = found.group(1) or found.group(2)
+        for folder in folders:
+            if (folder / f"{name}.py").is_file() or (folder / name / "__init__.py").is_file() or (folder / name).is_dir():
+                return True
+    return False
 
 
 def check_source(
@@ -139,7 +156,7 @@ def _check_unit(
     error of this file's result (or a parse error, for a tree too deep for
     libcst's recursive code, or an analysis over the time budget), never an
     exception that stops the other files."""
-    if not might_matter(unit.text):
+    if not might_matter(unit.text, path, project_root):
         return FileResult(display_path), None
     from detaudit.static.rules.parse_error import ParseError
 
