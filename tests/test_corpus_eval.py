@@ -32,7 +32,7 @@ _spec.loader.exec_module(corpus_eval)
 #: replicas drawing from one NumPy generator in parallel threads)
 KINDS_WITHOUT_A_RULE = {
     "shared-parameter-race", "resume-without-optimizer-state", "memory-dependent-batch-split",
-    "dataparallel-shared-rng-race", "memory-dependent-device-fallback", "missing-env-seed",
+    "dataparallel-shared-rng-race", "memory-dependent-device-fallback",
 }
 
 
