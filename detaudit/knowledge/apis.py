@@ -214,17 +214,6 @@ SEED_PARAMETERS: dict[str, tuple[str, int]] = {
 
 # --- torch.utils.data (dataloader-worker-seed, the RNG effects of calls) ----------
 
-#: Calls that build a reinforcement-learning environment (Gym and Gymnasium, single and
-#: vector): its own generator is seeded from the operating system unless the script
-#: seeds it (``env.reset(seed=...)``, ``env.seed(...)``, ``env.action_space.seed(...)``).
-ENVIRONMENT_CONSTRUCTORS = frozenset(
-    f"{package}.{name}"
-    for package in ("gym", "gymnasium")
-    for name in ("make", "make_vec", "vector.make", "vector.SyncVectorEnv", "vector.AsyncVectorEnv")
-)
-#: The keyword through which an environment's ``reset`` takes its seed.
-ENVIRONMENT_RESET_SEED = "seed"
-
 DATALOADER = "torch.utils.data.DataLoader"
 RANDOM_SPLIT = "torch.utils.data.random_split"
 RANDOM_SAMPLER = "torch.utils.data.RandomSampler"

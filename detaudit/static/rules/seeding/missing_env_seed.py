@@ -3,9 +3,20 @@
 from __future__ import annotations
 
 from detaudit.findings import Severity
-from detaudit.knowledge.apis import ENVIRONMENT_CONSTRUCTORS, ENVIRONMENT_RESET_SEED, SEEDING_FUNCTIONS
+from detaudit.knowledge.apis import SEEDING_FUNCTIONS
 from detaudit.static.rule import Invalid, Rule
 from detaudit.static.rules.seeding._common import call_code
+
+#: Calls that build a reinforcement-learning environment (Gym and Gymnasium, single and
+#: vector): its own generator is seeded from the operating system unless the script
+#: seeds it (``env.reset(seed=...)``, ``env.seed(...)``, ``env.action_space.seed(...)``).
+ENVIRONMENT_CONSTRUCTORS = frozenset(
+    f"{package}.{name}"
+    for package in ("gym", "gymnasium")
+    for name in ("make", "make_vec", "vector.make", "vector.SyncVectorEnv", "vector.AsyncVectorEnv")
+)
+#: The keyword through which an environment's ``reset`` takes its seed.
+ENVIRONMENT_RESET_SEED = "seed"
 
 
 class MissingEnvSeed(Rule):
