@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import gc
 import weakref
+from pathlib import Path
+
+import pytest
 
 import libcst as cst
 
@@ -63,3 +66,22 @@ def test_a_failed_parse_inside_a_scope_leaves_the_gc_enabled():
             pass
         assert gc.isenabled()
     assert gc.get_freeze_count() == 0
+
+
+def test_trees_parsed_without_validation_equal_libcsts_and_validation_comes_back():
+    """The parse skips libcst's per-node validation (the parser builds valid nodes
+    only): the trees are libcst's own, a failed parse restores the validation
+    too, and nodes built by hand (``--fix``) are still validated."""
+    sources = sorted((Path(__file__).resolve().parent.parent / "fixtures" / "static").rglob("*.py"))
+    assert len(sources) > 20
+    for source in sources:
+        text = source.read_text(encoding="utf-8")
+        try:
+            expected = cst.parse_module(text)
+        except cst.ParserSyntaxError:
+            continue
+        assert parse_module(text).deep_equals(expected), source
+    with pytest.raises(cst.ParserSyntaxError):
+        parse_module("def broken(:\n")
+    with pytest.raises(cst.CSTValidationError):
+        cst.Name("not a name")
