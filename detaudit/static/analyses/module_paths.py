@@ -137,8 +137,8 @@ class ModuleLocator:
         self.root = root
         self._search_path: tuple[Path, ...] = ()
         self._locations: dict[tuple[Path, tuple[str, ...]], Path | None] = {}
-        #: (parts, dots, importer) -> the module found for them under the current search path
-        self._found: dict[tuple[tuple[str, ...], int, Path], tuple[Path, str] | None] = {}
+        #: (parts, dots, importer's folder) -> the first two modules found for them under the current search path
+        self._found: dict[tuple[tuple[str, ...], int, Path], tuple[tuple[Path, str], ...]] = {}
         self._folders: list[Path] | None = None  # the root's folders that are not packages (source roots)
         self._files: list[Path] | None = None  # the project's Python and config files, listed once
         self._texts: dict[Path, tuple[tuple[int, int], bytes]] = {}
@@ -156,29 +156,36 @@ class ModuleLocator:
 
     def candidates(self, parts: tuple[str, ...], dots: int, importer: Path) -> Iterator[tuple[Path, str]]:
         """(module file, attribute path) for each way to split ``parts``; longest module first."""
-        key = (parts, dots, importer)
-        if key not in self._found:  # asked about 12,000 times per repository: once per question
-            self._found[key] = next(self._search(parts, dots, importer), None)
-        found = self._found[key]
-        if found is not None:
-            yield found
+        key = (parts, dots, importer.parent)
+        found = self._found.get(key)
+        if found is None:  # asked about 12,000 times per repository: once per question and folder
+            found = self._found[key] = tuple(self._search(parts, dots, importer.parent))
+        for path, attribute in found:
+            if path != importer:  # ``import utils`` in utils.py is another utils
+                yield path, attribute
+                return
 
-    def _search(self, parts: tuple[str, ...], dots: int, importer: Path) -> Iterator[tuple[Path, str]]:
+    def _search(self, parts: tuple[str, ...], dots: int, folder: Path) -> Iterator[tuple[Path, str]]:
+        """Every (module file, attribute path) ``parts`` may name from a module in ``folder``, in the
+        order the import system would try them; the first but one is needed when the first is the importer."""
         if dots:
-            base = importer.parent
+            base = folder
             for _ in range(dots - 1):
                 base = base.parent
             bases = [base]
             shortest = 0  # ``from . import set_seed``: the package's __init__.py
         else:
-            bases = list(dict.fromkeys([importer.parent, *self.search_path, self.root, self.root / "src"]))
+            bases = list(dict.fromkeys([folder, *self.search_path, self.root, self.root / "src"]))
             shortest = 1
+        found = 0
         for split in range(len(parts) - 1, shortest - 1, -1):
             for base in bases:
                 path = self.module_file(base, parts[:split])
-                if path is not None and path != importer:
+                if path is not None:
                     yield path, ".".join(parts[split:])
-                    return
+                    found += 1
+                    if found == 2:
+                        return
 
     def files_mentioning(self, name: str, excluding: Path) -> list[Path] | None:
         """The project's Python files, other than ``excluding``, whose text has ``name``
