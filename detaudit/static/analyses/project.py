@@ -150,15 +150,21 @@ class ModuleSummary:
         """``buffer.push_and_pop(x)`` where ``buffer = ReplayBuffer()`` (assigned
         once), or ``self.sampler.sample(t)`` where the class sets ``self.sampler =
         sampler or UniformSampler(diffusion)`` (the default a caller that passes
-        none gets): the method of that class, in this file or a project module."""
+        none gets): the method of that class, in this file or a project module.
+        Calling such an object (``noise()`` with ``noise = OUNoise(...)``,
+        ``self.transform(img)``) runs its ``__call__``."""
         func = call.node.func
-        if call.qualname is not None or type(func) is not cst.Attribute:
+        if call.qualname is not None:
             return NOTHING
-        built = self._instance_built_by(func.value, call.scope.function)
+        built = self._instance_built_by(func, call.scope.function)
+        if built is not None:
+            attribute = "__call__"  # ``noise()`` or ``self.transform(img)``: calling the object runs its __call__
+        elif type(func) is cst.Attribute:
+            built, attribute = self._instance_built_by(func.value, call.scope.function), func.attr.value
         if built is None:
             return NOTHING
         class_name = dotted_name(built.func)
-        method = f"{class_name}.{func.attr.value}"
+        method = f"{class_name}.{attribute}"
         if class_name in self.facts.classes and not self.facts.names.is_bound(class_name.partition(".")[0]):
             return self.function_effects(method, depth + 1) if method in self.facts.functions else NOTHING
         if self.index is None:
@@ -168,7 +174,7 @@ class ModuleSummary:
             qualname = self.index.star_imported(class_name, self.facts.names.star_modules, self.path)
         if qualname is None:
             return NOTHING
-        return self.index.effects(f"{qualname}.{func.attr.value}", self.path, depth + 1) or NOTHING
+        return self.index.effects(f"{qualname}.{attribute}", self.path, depth + 1) or NOTHING
 
     def _instance_built_by(self, node: cst.BaseExpression, caller: str | None) -> cst.Call | None:
         """The constructor call of the object ``node`` names: a name assigned once,

@@ -37,4 +37,12 @@ class MissingNumpySeed(MissingSeed):
             "for batch in loader:\n    batch = batch * np.random.uniform()\n",
             line=6,
         ),
+        # calling an object runs its __call__: exploration noise drawn at every step (minimalRL's DDPG)
+        Invalid(
+            "import numpy as np\n\nclass OUNoise:\n    def __call__(self):\n        return np.random.normal(size=1)\n\n"
+            "def main():\n    noise = OUNoise()\n    for step in range(10):\n        action = 0.5 + noise()[0]\n\n"
+            "if __name__ == '__main__':\n    main()\n",
+            line=10,
+            message="noise()",
+        ),
     )
