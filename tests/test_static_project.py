@@ -499,3 +499,42 @@ def test_a_module_functions_callers_are_looked_for_in_the_whole_project(tmp_path
     assert not any(f.code == "DET020" and f.line == 7 for f in result.findings)  # _crop: called nowhere
     if "resize(" in caller.split("\n", 1)[1]:
         assert str(tmp_path / "train.py") in result.dependencies  # a caller read is a dependency
+
+
+RL_SCRIPT = """\
+    import gym
+    import torch
+
+    def main():
+        env = gym.make("CartPole-v1")
+        q = torch.nn.Linear(4, 2)
+        optimizer = torch.optim.Adam(q.parameters())
+        state, _ = env.reset(seed=0)
+        actions = torch.tensor([[0]])
+        loss = q(torch.ones(1, 4)).gather(1, actions).sum(){placement}
+        loss.backward()
+        optimizer.step()
+
+    if __name__ == "__main__":
+        main()
+"""
+
+
+@pytest.mark.parametrize(
+    ("placement", "imported_by_another_file", "reported"),
+    [
+        ("", False, False),  # minimalRL's scripts: every tensor is a CPU tensor
+        ("\n        q = q.cuda()", False, True),
+        ("\n        device = torch.device('cuda')", False, True),
+        ("", True, True),  # another project file imports it and may move what it builds
+    ],
+)
+def test_a_self_contained_script_that_never_names_a_device_has_no_cuda_only_hazard(
+    tmp_path, placement, imported_by_another_file, reported
+):
+    files = {"dqn.py": RL_SCRIPT.format(placement=placement)}
+    if imported_by_another_file:
+        files["run_on_gpu.py"] = "import torch\nfrom dqn import main\ntorch.set_default_device('cuda')\nmain()\n"
+    write_project(tmp_path, files)
+    result = check_file(tmp_path / "dqn.py", "dqn.py", tmp_path)
+    assert any(f.name == "nondeterministic-op" and "gather" in f.message for f in result.findings) is reported

@@ -12,6 +12,7 @@ mode does not cover) are left to report.
 from __future__ import annotations
 
 from collections import defaultdict
+from functools import cached_property
 
 import libcst as cst
 
@@ -26,6 +27,10 @@ CPU_DEFAULT_TENSOR_FACTORIES = frozenset(
     f"torch.{name}" for name in ("tensor", "as_tensor", "from_numpy", "zeros", "ones", "full", "arange", "linspace", "rand", "randn", "randint")
 )
 DEFAULT_DEVICE_SETTER = "torch.set_default_device"
+#: What a file that puts tensors on an accelerator writes somewhere: ``.cuda()``,
+#: ``.to(device)``, ``device=``, cuDNN settings, a framework that places them (``accelerate``,
+#: Lightning's ``Trainer``, XLA, MPS, XPU).
+ACCELERATOR_WORDS = ("cuda", "cudnn", "device", ".to(", "accelerat", "Trainer", "xla", "mps", "xpu", "hpu")
 
 _DEVICE_NAMES = {"cpu": "CPU", "cuda": "CUDA"}
 
@@ -56,8 +61,11 @@ class NondeterministicOp(Rule):
         input transposed or permuted there; a tensor's dtype; duplicate
         indices), look-alike arguments (`interpolate(mode="nearest")`,
         `bincount` without weights), `.put()`-style names on objects that may
-        not be tensors, and code under
-        `if torch.are_deterministic_algorithms_enabled():`.
+        not be tensors, code under
+        `if torch.are_deterministic_algorithms_enabled():`, and CUDA-only
+        hazards in a self-contained script that never names a device (no
+        `.cuda()`, `.to(...)`, `device`; no project imports, imported by no
+        other project file): its tensors all live on the CPU.
 
         Third-party layers are not hand-listed: `detaudit calibrate --modules
         torch_geometric.nn` traces each public layer of an installed package
@@ -261,7 +269,7 @@ class NondeterministicOp(Rule):
                 continue  # one cause per process, named once by the settings rules
             if site.backward_only and self.analyses.grad_flow.blocked(call, operand(site)) is not None:
                 continue
-            if match.cuda_only and self._operand_on_cpu(call, site):
+            if match.cuda_only and (self._operand_on_cpu(call, site) or self._stays_on_cpu):
                 continue
             if not state.enabled:
                 if match.entry.exact_results is None:  # exact whatever the order: only deterministic mode's error matters
@@ -296,6 +304,26 @@ class NondeterministicOp(Rule):
             f"{match.spelling.display}{site.via} will raise under deterministic mode on {devices}{when} ({phases}): "
             "it has no deterministic implementation."
         )
+
+    @cached_property
+    def _stays_on_cpu(self) -> bool:
+        """A self-contained script that never names a device (RL and toy scripts):
+        every tensor it makes is a CPU tensor, so a CUDA-only kernel never runs.
+        Not a file that imports project modules (they may place what they build),
+        nor one another project file names (its importer may move what it makes),
+        nor code that is no file of a project on disk (a snippet: its importers are unknown)."""
+        code = self.context.source.text
+        if not self.analyses.script.does_work or any(word in code for word in ACCELERATOR_WORDS):
+            return False
+        if not self.context.path.is_file():
+            return False
+        summary = self.analyses.rng_effects
+        index = summary.index
+        if index is None:
+            return False
+        if any(index.module_of(qualname, self.context.path) is not None for qualname in set(self.facts.names.bindings().values())):
+            return False
+        return index.locator.files_mentioning(self.context.path.stem, self.context.path) == []
 
     def _operand_on_cpu(self, call: CallFact, site: OpSite) -> bool:
         """The tensor operand is built right there on the CPU (``torch.tensor(xs)``
