@@ -538,3 +538,32 @@ def test_a_self_contained_script_that_never_names_a_device_has_no_cuda_only_haza
     write_project(tmp_path, files)
     result = check_file(tmp_path / "dqn.py", "dqn.py", tmp_path)
     assert any(f.name == "nondeterministic-op" and "gather" in f.message for f in result.findings) is reported
+
+
+@pytest.mark.parametrize(("detach", "reported"), [("z = z.detach()", False), ("z = z * 2", True)])
+def test_a_helper_whose_star_importing_caller_detaches_its_result_passes_no_gradient(tmp_path, detach, reported):
+    """nerf-pytorch: ``from run_nerf_helpers import *`` and ``z = sample_pdf(...)``
+    followed by ``z = z.detach()``: the gathers inside never run a backward."""
+    write_project(
+        tmp_path,
+        {
+            "helpers.py": """\
+                import torch
+
+                def sample_pdf(cdf, index):
+                    return torch.gather(cdf, 1, index)
+            """,
+            "train.py": f"""\
+                import torch
+                from helpers import *
+
+                class Renderer(torch.nn.Module):
+                    def forward(self, weights, index):
+                        z = sample_pdf(weights.cumsum(1), index)
+                        {detach}
+                        return z
+            """,
+        },
+    )
+    result = check_file(tmp_path / "helpers.py", "helpers.py", tmp_path)
+    assert any(f.name == "nondeterministic-op" for f in result.findings) is reported

@@ -23,7 +23,9 @@ A gradient cannot pass:
   ``__iter__``), collate functions (passed as ``collate_fn=``) and transforms
   (named in a ``Compose([...])`` or ``Lambda(...)``);
 - **in functions only called from such places** (every call site in the file is
-  one of them); for a function nested in another, its calls in the enclosing
+  one of them), or only where the caller detaches the result (``f(x).detach()``,
+  or ``z = f(x)`` with ``z = z.detach()`` as the next statement: NeRF's
+  hierarchical sampling); for a function nested in another, its calls in the enclosing
   function, made by its name or through a local name it was assigned to,
   alone or in a dispatch table (``fn = [basic, mirrored][level]; fn(x)``);
 - **on input data before it enters a model**: outside a module's methods, a
@@ -42,7 +44,8 @@ A gradient cannot pass:
   parameters of file-local functions that every call site passes such a value.
 
 A module-level function's callers are looked for in the whole project (its
-other files that mention the function's name, through the project index):
+other files that mention the function's name, through the project index,
+star imports included):
 called only where no gradient flows, or a private one (``_crop``) called
 nowhere, it passes none (a public one may be called by the project's users);
 called anywhere a gradient may flow (a training loss on a generator's output),
@@ -55,7 +58,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -65,7 +68,7 @@ import libcst as cst
 from detaudit.knowledge.apis import DATA_API_ALIASES, DATALOADER
 from detaudit.static.engine.facts import CallFact, FileFacts, Scope
 from detaudit.static.engine.names import callee_name
-from detaudit.static.engine.walk import child_nodes, walk
+from detaudit.static.engine.walk import child_nodes, iter_nodes, walk
 
 if TYPE_CHECKING:
     from detaudit.static.context import FileContext
@@ -99,10 +102,11 @@ CONSTANT_TENSOR_FACTORIES = frozenset(
 GRADLESS_METHODS = frozenset(
     {"detach", "long", "int", "short", "byte", "char", "bool", "argmax", "argmin", "argsort", "nonzero"}
 )
-#: Tensor methods that keep their receiver's gradient-ness (device and layout moves, views).
+#: Tensor methods that keep their receiver's gradient-ness (device and layout moves, views, repeats).
 GRADIENT_PRESERVING_METHODS = frozenset(
     {"to", "cuda", "cpu", "float", "double", "half", "bfloat16", "view", "reshape", "unsqueeze", "squeeze",
-     "clone", "contiguous", "expand", "expand_as", "permute", "transpose", "flatten", "type_as"}
+     "clone", "contiguous", "expand", "expand_as", "permute", "transpose", "flatten", "type_as",
+     "repeat", "repeat_interleave", "tile", "flip", "roll"}
 )
 #: Functions that resize, pad or flip a tensor without parameters: applied to a batch, the result is still data.
 DATA_SIDE_TRANSFORMS = frozenset(
@@ -400,7 +404,33 @@ class GradFlow:
 
     def _site_verdict(self, site: CallFact) -> str | None:
         """Why no gradient flows where the call ``site`` (of this file) is made, or None."""
-        return self._no_grad_block(site.scope) or self._function_verdict(self._defining_function(site.scope.function))
+        function = self._defining_function(site.scope.function)
+        return self._no_grad_block(site.scope) or self._function_verdict(function) or self._result_detached(site, function)
+
+    def _result_detached(self, site: CallFact, function: str | None) -> str | None:
+        """``f(x).detach()``, or ``y = f(x)`` with ``y = y.detach()`` as the very next
+        statement: nothing ``f`` computed reaches a loss, so no gradient flows back into it."""
+        if function is None:
+            return None
+        node = self._function(function).node
+        for candidate in iter_nodes(node):
+            if (
+                type(candidate) is cst.Call
+                and type(candidate.func) is cst.Attribute
+                and candidate.func.value is site.node
+                and candidate.func.attr.value == "detach"
+            ):
+                return "its result is detached where it is called"
+        name = self._function(function).target_of.get(id(site.node))
+        if name is None:
+            return None
+        for body in _statement_bodies(node):
+            for statement, following in zip(body, body[1:]):
+                if _assigns(statement, name, lambda value: value is site.node) and _assigns(
+                    following, name, lambda value: _is_detach_of(value, name)
+                ):
+                    return f"its result `{name}` is detached right after the call"
+        return None
 
     def _external_sites(self, short: str, sites: list[CallFact]) -> list[tuple["GradFlow", CallFact]] | None:
         """The calls of this file's module-level function ``short`` in the project's
@@ -693,13 +723,47 @@ class ProjectCallers:
             if flow is None:
                 flow = self._flows[path] = GradFlow(summary.facts)
             for call in calls:
-                if call.qualname is None:
+                qualname = call.qualname
+                if qualname is None and type(call.node.func) is cst.Name:  # ``from helpers import *``
+                    qualname = index.star_imported(function, summary.facts.names.star_modules, path)
+                if qualname is None:
                     return None  # ``obj.function(...)`` on something unknown: it may be this one
-                located = index.module_of(call.qualname, path)
+                located = index.module_of(qualname, path)
                 if located is not None and Path(os.path.abspath(located[0])) == here and located[1] == function:
                     found.append((flow, call))
         return found
 
+
+
+def _statement_bodies(root: cst.CSTNode) -> Iterator[Sequence[cst.CSTNode]]:
+    """Every block of statements under ``root`` (function bodies, branches, loops), each in order."""
+    for node in iter_nodes(root):
+        if type(node) is cst.IndentedBlock:
+            yield node.body
+
+
+def _assigns(statement: cst.CSTNode, name: str, value_test: Callable[[cst.BaseExpression], bool]) -> bool:
+    """``statement`` is ``name = <value>`` with ``value_test(value)``."""
+    if type(statement) is not cst.SimpleStatementLine or len(statement.body) != 1:
+        return False
+    small = statement.body[0]
+    return (
+        type(small) is cst.Assign
+        and len(small.targets) == 1
+        and type(small.targets[0].target) is cst.Name
+        and small.targets[0].target.value == name
+        and value_test(small.value)
+    )
+
+
+def _is_detach_of(value: cst.BaseExpression, name: str) -> bool:
+    return (
+        type(value) is cst.Call
+        and type(value.func) is cst.Attribute
+        and value.func.attr.value == "detach"
+        and type(value.func.value) is cst.Name
+        and value.func.value.value == name
+    )
 
 
 def _parents(root: cst.CSTNode) -> dict[int, tuple[cst.CSTNode, cst.CSTNode | None]]:

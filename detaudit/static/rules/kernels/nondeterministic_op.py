@@ -176,6 +176,14 @@ class NondeterministicOp(Rule):
         # a collective and a module's own method, not Tensor.gather
         "import torch\nwork = group.gather(output_tensors, input_tensors, opts)\n",
         "import torch\n\nclass Parallel(torch.nn.Module):\n    def forward(self, outputs):\n        return self.gather(outputs, 0)\n",
+        # the caller detaches what the helper returns (NeRF's hierarchical sampling): no gradient flows back into it
+        "import torch\n\ndef sample_pdf(cdf, index):\n    return torch.gather(cdf, 1, index)\n\n"
+        "class Renderer(torch.nn.Module):\n    def forward(self, weights, index):\n"
+        "        samples = sample_pdf(weights.cumsum(1), index)\n        samples = samples.detach()\n        return samples\n",
+        # an attention mask built from token ids carries no gradient, repeated per head or not
+        "import torch\n\nclass Text(torch.nn.Module):\n    def mask(self, valid, heads):\n"
+        "        additive = torch.zeros_like(valid, dtype=torch.float32)\n        additive.masked_fill_(~valid, float('-inf'))\n"
+        "        additive = additive.repeat_interleave(heads, 0)\n        return additive\n",
     )
     INVALID = (
         Invalid("import torch\nout.index_add_(0, index, src)\n", line=2, message="atomicAdd on CUDA (forward)"),
