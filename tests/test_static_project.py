@@ -540,7 +540,9 @@ def test_a_self_contained_script_that_never_names_a_device_has_no_cuda_only_haza
     assert any(f.name == "nondeterministic-op" and "gather" in f.message for f in result.findings) is reported
 
 
-@pytest.mark.parametrize(("detach", "reported"), [("z = z.detach()", False), ("z = z * 2", True)])
+@pytest.mark.parametrize(
+    ("detach", "reported"), [("z = z.detach()", False), ("z = z.detach().cpu().numpy()", False), ("z = z * 2", True)]
+)
 def test_a_helper_whose_star_importing_caller_detaches_its_result_passes_no_gradient(tmp_path, detach, reported):
     """nerf-pytorch: ``from run_nerf_helpers import *`` and ``z = sample_pdf(...)``
     followed by ``z = z.detach()``: the gathers inside never run a backward."""
@@ -567,3 +569,38 @@ def test_a_helper_whose_star_importing_caller_detaches_its_result_passes_no_grad
     )
     result = check_file(tmp_path / "helpers.py", "helpers.py", tmp_path)
     assert any(f.name == "nondeterministic-op" for f in result.findings) is reported
+
+
+def test_a_library_module_checked_alone_finds_its_callers_in_a_nested_source_folder(tmp_path):
+    """CenterNet: ``src/main.py`` puts ``src/lib`` on the path through ``_init_paths``;
+    ``src/lib/trains/ctdet.py`` imports ``from models.decode import ctdet_decode``.
+    Checking ``decode.py`` alone still resolves that caller (``src/lib`` is the one
+    source folder holding ``models/decode.py``), which detaches what it gets."""
+    write_project(
+        tmp_path,
+        {
+            "src/lib/models/__init__.py": "",
+            "src/lib/models/decode.py": """\
+                import torch
+
+                def ctdet_decode(heat, wh, index):
+                    return wh.gather(2, index) * heat
+            """,
+            "src/lib/trains/__init__.py": "",
+            "src/lib/trains/ctdet.py": """\
+                import torch
+                from models.decode import ctdet_decode
+
+                class CtdetTrainer(torch.nn.Module):
+                    def debug(self, output, index):
+                        dets = ctdet_decode(output['hm'], output['wh'], index)
+                        dets = dets.detach().cpu().numpy()
+                        return dets
+            """,
+            "README.md": "CenterNet\n",
+        },
+    )
+    (tmp_path / ".git").mkdir()
+    result = check_file(tmp_path / "src/lib/models/decode.py", "src/lib/models/decode.py", tmp_path)
+    assert not [f for f in result.findings if f.name == "nondeterministic-op"]
+    assert str(tmp_path / "src/lib/trains/ctdet.py") in result.dependencies

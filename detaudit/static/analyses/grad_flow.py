@@ -429,7 +429,7 @@ class GradFlow:
                 if _assigns(statement, name, lambda value: value is site.node) and _assigns(
                     following, name, lambda value: _is_detach_of(value, name)
                 ):
-                    return f"its result `{name}` is detached right after the call"
+                    return f"its result `{name}` is detached right after the call"  # ``name = name.detach()...``
         return None
 
     def _external_sites(self, short: str, sites: list[CallFact]) -> list[tuple["GradFlow", CallFact]] | None:
@@ -757,13 +757,13 @@ def _assigns(statement: cst.CSTNode, name: str, value_test: Callable[[cst.BaseEx
 
 
 def _is_detach_of(value: cst.BaseExpression, name: str) -> bool:
-    return (
-        type(value) is cst.Call
-        and type(value.func) is cst.Attribute
-        and value.func.attr.value == "detach"
-        and type(value.func.value) is cst.Name
-        and value.func.value.value == name
-    )
+    """``name.detach()``, or a method chain that starts with it (``name.detach().cpu().numpy()``)."""
+    while type(value) is cst.Call and type(value.func) is cst.Attribute:
+        receiver = value.func.value
+        if value.func.attr.value == "detach" and type(receiver) is cst.Name and receiver.value == name:
+            return True
+        value = receiver
+    return False
 
 
 def _parents(root: cst.CSTNode) -> dict[int, tuple[cst.CSTNode, cst.CSTNode | None]]:

@@ -9,6 +9,10 @@ Python finds ``import models`` in the importing script's folder, then on
 answers "which file is this module?" from the importer's folder, the folders
 the entry script's path edits add (its own and those of the project modules it
 imports), the project root and its ``src/``; ``path_edits`` reads the edits.
+A module found nowhere there is taken from the one source folder (a folder of
+the root, or of one of those, that is no package: ``lib/``, ``src/lib/``) that
+holds it, as when a library module is checked without the script that puts its
+folder on the path.
 
 Path edits are read, never run: a literal, ``__file__`` and names assigned
 once, through ``os.path.dirname/abspath/realpath/normpath/join``, ``str``,
@@ -229,20 +233,18 @@ class ModuleLocator:
             return b""
 
     def in_source_folders(self, parts: tuple[str, ...]) -> tuple[Path, str] | None:
-        """The module in the one folder of the root that holds it (a script that
-        puts ``lib/`` on ``sys.path`` in a way not read here), else None."""
+        """The module in the one source folder (``_source_folders``) that holds it (a
+        script that puts ``lib/`` or ``src/lib/`` on ``sys.path`` in a way not read
+        here, or a library module checked without that script), else None."""
         found = {candidate for folder in self._source_folders() for candidate in self._candidates_under(folder, parts)}
         return found.pop() if len(found) == 1 else None
 
     def _source_folders(self) -> list[Path]:
+        """The root's folders that are not packages, and theirs (``src/lib`` of a
+        repository whose ``src/_init_paths.py`` puts it on the path)."""
         if self._folders is None:
-            try:
-                self._folders = sorted(
-                    entry for entry in self.root.iterdir()
-                    if entry.is_dir() and not entry.name.startswith((".", "_")) and not (entry / "__init__.py").exists()
-                )
-            except OSError:
-                self._folders = []
+            top = _plain_folders(self.root)
+            self._folders = top + [inner for folder in top for inner in _plain_folders(folder)]
         return self._folders
 
     def _candidates_under(self, base: Path, parts: tuple[str, ...]) -> Iterator[tuple[Path, str]]:
@@ -263,3 +265,14 @@ class ModuleLocator:
                     break
             self._locations[key] = found
         return self._locations[key]
+
+
+def _plain_folders(parent: Path) -> list[Path]:
+    """``parent``'s folders that are not packages, hidden or private ones left out."""
+    try:
+        return sorted(
+            entry for entry in parent.iterdir()
+            if entry.is_dir() and not entry.name.startswith((".", "_")) and not (entry / "__init__.py").exists()
+        )
+    except OSError:
+        return []
