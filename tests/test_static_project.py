@@ -604,3 +604,76 @@ def test_a_library_module_checked_alone_finds_its_callers_in_a_nested_source_fol
     result = check_file(tmp_path / "src/lib/models/decode.py", "src/lib/models/decode.py", tmp_path)
     assert not [f for f in result.findings if f.name == "nondeterministic-op"]
     assert str(tmp_path / "src/lib/trains/ctdet.py") in result.dependencies
+
+
+def test_flags_parsed_in_a_project_options_module_give_their_defaults(tmp_path):
+    """CenterNet's ``opt = opts().parse(); main(opt)`` with ``cudnn.benchmark = not
+    opt.not_cuda_benchmark and not opt.test``, and a2c-ppo's ``args = get_args()``
+    with determinism switched on only under ``args.cuda and args.cuda_deterministic``:
+    the flags are defined and parsed in a project module."""
+    write_project(
+        tmp_path,
+        {
+            "lib/opts.py": """\
+                import argparse
+                from lib.base_opts import BaseOpts
+
+                class opts(BaseOpts):
+                    def parse(self):
+                        self.parser.add_argument('--test', action='store_true')
+                        return self.parser.parse_args()
+            """,
+            "lib/base_opts.py": """\
+                import argparse
+
+                class BaseOpts:
+                    def __init__(self):
+                        self.parser = argparse.ArgumentParser()
+                        self.parser.add_argument('--not_cuda_benchmark', action='store_true')
+            """,
+            "lib/arguments.py": """\
+                import argparse
+
+                def get_args():
+                    parser = argparse.ArgumentParser()
+                    parser.add_argument('--cuda-deterministic', action='store_true', default=False)
+                    args = parser.parse_args()
+                    args.cuda = not args.no_cuda
+                    return args
+            """,
+            "main.py": """\
+                import torch
+                from lib.opts import opts
+
+                def main(opt):
+                    torch.backends.cudnn.benchmark = not opt.not_cuda_benchmark and not opt.test
+                    model = torch.nn.Conv2d(3, 3, 3)
+                    torch.optim.SGD(model.parameters(), lr=0.1).step()
+
+                if __name__ == '__main__':
+                    opt = opts().parse()
+                    main(opt)
+            """,
+            "ppo.py": """\
+                import torch
+                from lib.arguments import get_args
+
+                def main():
+                    args = get_args()
+                    torch.manual_seed(0)
+                    if args.cuda and args.cuda_deterministic:
+                        torch.backends.cudnn.deterministic = True
+                    model = torch.nn.Linear(2, 2)
+                    torch.optim.Adam(model.parameters()).step()
+
+                if __name__ == '__main__':
+                    main()
+            """,
+        },
+    )
+    main = check_file(tmp_path / "main.py", "main.py", tmp_path)
+    assert [f.line for f in main.findings if f.name == "cudnn-benchmark"] == [5]
+    assert str(tmp_path / "lib" / "base_opts.py") in main.dependencies
+    ppo = check_file(tmp_path / "ppo.py", "ppo.py", tmp_path)
+    [finding] = [f for f in ppo.findings if f.name == "determinism-not-requested"]
+    assert "the default of --cuda-deterministic it is False" in finding.message

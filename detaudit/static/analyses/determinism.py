@@ -128,7 +128,7 @@ def analyse(facts: FileFacts, values: "Values | None" = None, context: "FileCont
     evaluate: Evaluate = values.evaluate if values is not None else (lambda node, scope: facts.evaluate(node))
     state = DeterminismState(library_settings=list(facts.settings_of(*LIBRARY_DETERMINISM_SETTINGS)))
     for write in state.library_settings:
-        if _note_off_by_default(facts, state, write.scope.conditions, write.node):
+        if _note_off_by_default(lambda test: evaluate(test, write.scope), state, write.scope.conditions, write.node):
             state.settings_off_by_default.add(id(write.node))
     not_helpers: set[str] = set()
     for call in facts.calls:
@@ -148,18 +148,22 @@ def analyse(facts: FileFacts, values: "Values | None" = None, context: "FileCont
                 state.mentions_helper = True
         found = [request for request in found if request is not None]
         if found:
-            off = _note_off_by_default(facts, state, call.scope.conditions, call.node)
+            off = _note_off_by_default(lambda test: evaluate(test, call.scope), state, call.scope.conditions, call.node)
             state.requests += [replace(request, off_by_default=off) for request in found]
     return state
 
 
-def _note_off_by_default(facts: FileFacts, state: DeterminismState, conditions, node: cst.CSTNode) -> bool:
+def _note_off_by_default(
+    evaluate: Callable[[cst.BaseExpression], StaticValue], state: DeterminismState, conditions, node: cst.CSTNode
+) -> bool:
     """Whether ``node`` sits in a branch of an ``if`` that a default run does not take
-    (``if args.seed is not None:`` with ``--seed`` defaulting to None); such ifs are noted."""
+    (``if args.seed is not None:`` with ``--seed`` defaulting to None, ``if args.cuda
+    and args.cuda_deterministic:`` with the flag parsed in a project module); such
+    ifs are noted."""
     for condition in conditions:
         if type(condition) is not cst.If:
             continue
-        value = facts.evaluate(condition.test)
+        value = evaluate(condition.test)
         if value.known and bool(value.value) == _contains(condition.orelse, node):
             if all(known is not condition for known, _ in state.off_by_default):
                 state.off_by_default.append((condition, value))

@@ -8,7 +8,13 @@ written (``StaticValue.origin``):
 
 - a parameter of the enclosing function: its default, when no call in the file
   passes the parameter (a call that passes another value, or one that cannot be
-  read, leaves the value unknown);
+  read, leaves the value unknown); a config parameter every call passes the same
+  object (``main(opt)`` with ``opt = opts().parse()``) reads that object;
+- a flag parsed in a project module (``args = get_args()``, ``opts().parse()``,
+  ``TrainOptions().parse()``: a module that calls ``parse_args()``, with the
+  flags it and the project modules it imports define): the flag's default;
+- ``not``, ``and``, ``or`` of such values, as Python evaluates them (one side
+  known to decide is enough: ``unknown and False`` is False);
 - an attribute chain on a config object: module-level assignments of a project
   module (yacs ``_C.CUDNN.BENCHMARK = True``, re-exported through ``from .default
   import _C as config`` or a ``get_cfg_defaults()`` that returns it), dataclass
@@ -36,7 +42,7 @@ from typing import TYPE_CHECKING, Any
 
 import libcst as cst
 
-from detaudit.static.engine.facts import UNKNOWN, CallFact, Scope, StaticValue
+from detaudit.static.engine.facts import UNKNOWN, ArgparseFlag, CallFact, Scope, StaticValue
 from detaudit.static.engine.names import dotted_name
 
 if TYPE_CHECKING:
@@ -143,12 +149,29 @@ class Values:
         value = self._facts.evaluate(node)
         if value.known or node is None:
             return value
+        if isinstance(node, cst.UnaryOperation) and isinstance(node.operator, cst.Not):
+            operand = self.evaluate(node.expression, scope)
+            return StaticValue(True, not operand.value, operand.flag, operand.origin) if operand.known else UNKNOWN
+        if isinstance(node, cst.BooleanOperation):
+            return self._boolean(node, scope)
         if isinstance(node, cst.Name) and scope is not None:
             return self._parameter_default(node.value, scope)
         if isinstance(node, cst.Attribute):
             chain = dotted_name(node)
             if chain is not None:
                 return self._config_value(chain, scope)
+        return UNKNOWN
+
+    def _boolean(self, node: cst.BooleanOperation, scope: Scope | None) -> StaticValue:
+        """``a and b`` / ``a or b`` as Python evaluates them; one side known to decide
+        it is enough (``unknown and False`` is False)."""
+        left, right = self.evaluate(node.left, scope), self.evaluate(node.right, scope)
+        deciding = (lambda v: v.falsy) if isinstance(node.operator, cst.And) else (lambda v: v.truthy)
+        for side in (left, right):
+            if deciding(side):
+                return side
+        if left.known and right.known:
+            return right
         return UNKNOWN
 
     # -- parameters ---------------------------------------------------------
@@ -240,6 +263,10 @@ class Values:
                     if (base / path.value).is_file():
                         return self._yaml_value(Path(os.path.normpath(base / path.value)), attributes.split("."))
             return UNKNOWN
+        if "." not in attributes:
+            flag = self._project_flags(call).get(attributes)
+            if flag is not None:
+                return flag.default
         if any(arg.star for arg in call.args):
             return UNKNOWN
         head = attributes.partition(".")[0]
@@ -253,6 +280,79 @@ class Values:
             return UNKNOWN
         return self._class_field_default(name, attributes)
 
+    def _passed_object(self, function: cst.FunctionDef, param: cst.Param) -> cst.Call | None:
+        """The call that built what every call of ``function`` in the file passes as
+        ``param``: ``main(opt)`` with ``opt = opts().parse()`` assigned once."""
+        name = function.name.value
+        positional = [p.name.value for p in (*function.params.posonly_params, *function.params.params)]
+        position = positional.index(param.name.value) if param.name.value in positional else None
+        built = None
+        for call in self._facts.calls:
+            if not (isinstance(call.node.func, cst.Name) and call.node.func.value == name):
+                continue
+            passed = call.value_node(param.name.value, position)
+            if not isinstance(passed, cst.Name):
+                return None
+            if call.scope.function is None:  # a module-level call passes the module-level name
+                assigned = self._module_level_assignments.get(passed.value)
+            else:
+                assigned = self._facts.simple_assignments.get(passed.value)
+            if call.has_star_args or not assigned or len(assigned) != 1 or not isinstance(assigned[0], cst.Call):
+                return None
+            if built is not None and built is not assigned[0]:
+                return None
+            built = assigned[0]
+        return built
+
+    @cached_property
+    def _module_level_assignments(self) -> dict[str, list[cst.BaseExpression]]:
+        """Name -> the values module-level code assigns it (the ``__main__`` guard and other
+        branches included, function and class bodies not)."""
+        found: dict[str, list[cst.BaseExpression]] = {}
+        pending: list[cst.CSTNode] = list(self._context.module.body)
+        while pending:
+            statement = pending.pop()
+            if isinstance(statement, cst.SimpleStatementLine):
+                for small in statement.body:
+                    if isinstance(small, cst.Assign):
+                        for target in small.targets:
+                            if isinstance(target.target, cst.Name):
+                                found.setdefault(target.target.value, []).append(small.value)
+            elif isinstance(statement, (cst.If, cst.Else, cst.For, cst.While, cst.With, cst.Try)):
+                body = statement.body
+                pending.extend(body.body if isinstance(body, cst.IndentedBlock) else [])
+                orelse = getattr(statement, "orelse", None)
+                if orelse is not None:
+                    pending.append(orelse)
+        return found
+
+    def _project_flags(self, call: cst.Call) -> dict[str, ArgparseFlag]:
+        """The command-line flags of what ``call`` returns when it parses them in a
+        project module: ``get_args()`` of an ``arguments.py`` that calls
+        ``parse_args()``, ``opts().parse()``, ``TrainOptions().parse()`` (the flags of
+        that module and of the project modules it imports: an options base class)."""
+        func = call.func
+        builder = func.value.func if isinstance(func, cst.Attribute) and isinstance(func.value, cst.Call) else func
+        qualname = self._facts.names.resolve(builder)
+        index = self._context.project
+        located = index.module_of(qualname, self._context.path) if qualname is not None else None
+        summary = index.summary(located[0]) if located is not None else None
+        if summary is None or not any(c.method == "parse_args" for c in summary.facts.calls):
+            return {}
+        flags = {}
+        modules = [summary] + [
+            index.summary(found[0])
+            for imported in set(summary.facts.names.bindings().values())
+            for found in [index.module_of(imported, summary.path)]
+            if found is not None
+        ]
+        for module in reversed([m for m in modules if m is not None]):
+            digest = index.digest(module.path)
+            if digest is not None and module.facts.flags:
+                self._context.dependencies[str(module.path)] = digest
+            flags.update(module.facts.flags)
+        return flags
+
     def _parameter_config(self, function: cst.FunctionDef, param: cst.Param, attributes: str) -> StaticValue:
         """A config parameter: a Hydra main's composed YAML, or the defaults of the
         dataclass it is annotated with."""
@@ -261,6 +361,9 @@ class Values:
             value = self._hydra_value(hydra_main, attributes.split("."))
             if value.known:
                 return value
+        passed = self._passed_object(function, param)
+        if passed is not None:
+            return self._built_by(passed, attributes)
         if param.annotation is None:
             return UNKNOWN
         annotation = dotted_name(param.annotation.annotation)

@@ -145,7 +145,7 @@ class DeterminismNotRequested(Rule):
         if optional:
             condition, value = optional[0]
             test = " ".join(self.context.module.code_for_node(condition.test).split())
-            default = f" (with the default of --{value.flag} it is {bool(value.value)})" if value.flag else ""
+            default = f" (with the default of --{value.flag.replace('_', '-')} it is {bool(value.value)})" if value.flag else ""
             only_when = f" by default: only when `{test}` is {not value.value}{default} does it ask for them, and"
         self.report(
             evidence.node,
